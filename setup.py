@@ -112,7 +112,7 @@ class BaseTagWheel(bdist_wheel):
 
 
 # A no-op when the inputs did not change since the last build (see apply_series).
-TREE = apply_series(FLAVOR, STAGE / "vllm", base=BASE, force=True)
+TREE = apply_series(FLAVOR, STAGE / "vllm", base=BASE)
 META, ENTRY_POINTS, LICENSES = _base_metadata()
 INSTALL_REQUIRES, EXTRAS_REQUIRE = _requirements(META)
 
@@ -138,4 +138,6 @@ setup(
     package_dir={"vllm": str((STAGE / "vllm").relative_to(REPO))},
     cmdclass={"build_py": BuildPatchedTree, "bdist_wheel": BaseTagWheel},
     zip_safe=False,
+    # keep the egg-info out of the repository root, which is on PYTHONPATH
+    options={"egg_info": {"egg_base": "build"}},
 )

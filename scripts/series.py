@@ -170,16 +170,16 @@ def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Pa
     stamp beside ``out`` records the inputs and the tree digest: when the
     inputs are unchanged nothing is done, and a tree edited since it was
     applied is not overwritten (``SeriesError``: refresh the edits into a patch
-    first, or pass ``force``)."""
+    first). ``force`` rebuilds in every case, discarding edits."""
     base = base or load_base()
     out = Path(out).resolve()
     want = f"{flavor} {inputs_digest(base, flavor, patches_dir)}"
     stamp = _stamp(out)
-    if out.exists() and stamp.exists():
+    if out.exists() and stamp.exists() and not force:
         recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
         if recorded_inputs == want:
             return out
-        if not force and tree_digest(out) != recorded_tree:
+        if tree_digest(out) != recorded_tree:
             raise SeriesError(
                 f"{out} has edits that are not in the series; re-applying would lose "
                 "them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
@@ -294,7 +294,7 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
     WORK.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=WORK, prefix="refresh-") as tmp:
         tmp = Path(tmp)
-        full = build_tree(base, flavor, tmp / "full")
+        full = build_tree(base, flavor, tmp / "full", patches_dir=patches_dir)
         edits = _changed_files(full, tree)
         if not edits:
             print(f"{name}: no edits in {tree} against the applied series", file=sys.stderr)

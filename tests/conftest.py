@@ -1,0 +1,61 @@
+"""Shared fixtures: a small fake base (a wheel with a few modules) for the
+tooling tests, so that fetch/apply/refresh are exercised in seconds."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from scripts.base import Artifact, Base
+
+FAKE_FILES = {
+    "vllm/__init__.py": "from vllm._version import __version__\n",
+    "vllm/_version.py": "__version__ = '9.9.9'\n",
+    "vllm/config.py": "".join(f"OPTION_{i} = {i}\n" for i in range(40)),
+    "vllm/runner.py": "".join(f"def step_{i}():\n    return {i}\n\n" for i in range(30)),
+}
+
+
+def make_wheel(path: Path, files: dict[str, str]) -> str:
+    """Write a wheel of project ``fakevllm`` 1.0.0 holding ``files`` at ``path``;
+    return its sha256."""
+    info = "fakevllm-1.0.0.dist-info"
+    meta = {
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: fakevllm\nVersion: 1.0.0\nRequires-Dist: regex\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+    }
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in sorted({**files, **meta}.items()):
+            zf.writestr(name, text)
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def fake_base(tmp_path, monkeypatch):
+    """A ``Base`` whose cpu artifact is a tiny wheel already in a private cache
+    (``VDIST_CACHE``); returns (base, cache dir)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("VDIST_CACHE", str(cache))
+    name = "fakevllm-1.0.0-py3-none-any.whl"
+    digest = make_wheel(cache / name, FAKE_FILES)
+    art = Artifact("cpu", "fakevllm", "1.0.0", name, digest)
+    return Base("1.0.0", "2026-01-01", "test", 1, {"cpu": art}), cache
+
+
+@pytest.fixture
+def patches_dir(tmp_path):
+    """An empty series directory."""
+    d = tmp_path / "patches"
+    d.mkdir()
+    (d / "series").write_text("# test series\n")
+    return d
+
+
+def tree_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

