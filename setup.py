@@ -24,7 +24,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
@@ -100,12 +100,16 @@ class BuildPatchedTree(build_py):
         shutil.copytree(TREE, Path(self.build_lib) / "vllm", dirs_exist_ok=True)
 
 
+class BinaryDistribution(Distribution):
+    """The package carries the base wheel's binary extensions: a platform wheel
+    whose files install to the root (platlib), as upstream's do."""
+
+    def has_ext_modules(self):
+        return True
+
+
 class BaseTagWheel(bdist_wheel):
     """Tag the wheel as the base wheel is tagged (e.g. cp38-abi3-manylinux_2_28_x86_64)."""
-
-    def finalize_options(self):
-        super().finalize_options()
-        self.root_is_pure = False
 
     def get_tag(self):
         return tuple(ARTIFACT.filename[: -len(".whl")].split("-")[-3:])
@@ -136,6 +140,7 @@ setup(
     entry_points=_entry_points(ENTRY_POINTS),
     packages=["vllm"],
     package_dir={"vllm": str((STAGE / "vllm").relative_to(REPO))},
+    distclass=BinaryDistribution,
     cmdclass={"build_py": BuildPatchedTree, "bdist_wheel": BaseTagWheel},
     zip_safe=False,
     # keep the egg-info out of the repository root, which is on PYTHONPATH

@@ -4,7 +4,7 @@ benchmarks.
 
 ``open_llm(model, runner)`` picks the model runner through upstream's
 ``VLLM_USE_V2_MODEL_RUNNER`` (``"v2"`` sets 1, ``"v1"`` sets 0, ``"default"``
-leaves it unset); ``runner_in_use(llm)`` asks the worker which runner class it
+unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -59,25 +58,18 @@ def use_triton_interpreter_if_needed() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-@contextmanager
-def runner_env(runner: str):
-    """Set ``VLLM_USE_V2_MODEL_RUNNER`` for ``runner`` (v1, v2, default) while
-    an engine is created; the previous value is restored afterwards."""
+def select_runner(runner: str) -> None:
+    """Set ``VLLM_USE_V2_MODEL_RUNNER`` for ``runner`` as a user would: ``v2``
+    sets 1, ``v1`` sets 0, ``default`` unsets it. It stays set, so
+    ``vllm_config.use_v2_model_runner`` (a property that reads the variable)
+    keeps telling the truth about the engine opened after it."""
     if runner not in RUNNER_ENV:
         raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
-    old = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
     value = RUNNER_ENV[runner]
     if value is None:
         os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     else:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-        else:
-            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = old
 
 
 def open_llm(model: str, runner: str = "default", **kwargs):
@@ -90,8 +82,8 @@ def open_llm(model: str, runner: str = "default", **kwargs):
     options = dict(runner="pooling", dtype="float32", gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
                    enforce_eager=True, seed=0)
     options.update(kwargs)
-    with runner_env(runner):
-        return LLM(model=str(model), **options)
+    select_runner(runner)
+    return LLM(model=str(model), **options)
 
 
 def close_llm(llm) -> None:

@@ -185,6 +185,7 @@ def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Pa
                 "them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
                 "or discard them (apply --force)."
             )
+    out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".staging-"))
     try:
         tree = build_tree(base, flavor, staging, patches_dir=patches_dir)

@@ -1,0 +1,42 @@
+"""Patch 0001: TRITON_INTERPRET=1 makes Triton count as available (on a CPU
+without a Triton backend); without the variable nothing changes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scripts.base import REPO
+
+PROBE = ("from vllm.triton_utils import HAS_TRITON; "
+         "from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER; "
+         "import vllm; print('PROBE', HAS_TRITON, TRITON_VIA_INTERPRETER, vllm.__file__)")
+
+
+def probe(**env_overrides) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(env_overrides, PYTHONPATH=str(REPO))
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout
+    out = [line for line in out.splitlines() if line.startswith("PROBE ")][0].split()[1:]
+    assert out[2] == str(REPO / "vllm" / "__init__.py")  # the in-tree, patched vllm
+    return out[:2]
+
+
+def test_without_variable_triton_unavailable_on_this_cpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.fail("this test describes a machine without a GPU")
+    assert probe() == ["False", "False"]
+
+
+def test_interpreter_makes_triton_available():
+    assert probe(TRITON_INTERPRET="1") == ["True", "True"]
+
+
+def test_other_values_change_nothing():
+    assert probe(TRITON_INTERPRET="0") == ["False", "False"]
