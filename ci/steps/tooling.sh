@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Series lint (listing, DEP-3 headers, strict apply to both flavors), then the
+# tooling tests: fetch/verify, apply, refresh, wheel version/RECORD/reproducibility.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make lint
+make test-tooling PYTEST_ARGS="--junitxml=reports/junit-tooling.xml"
