@@ -336,6 +336,9 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
             raise SeriesError(f"refreshed {name} does not reproduce {tree}: differs in {diffs}; "
                               "nothing was written")
         shutil.copyfile(candidate, patches_dir / name)
+        # the tree is now exactly base + series: record that, so apply knows
+        # it holds no unrefreshed edits
+        _stamp(tree).write_text(f"{flavor} {inputs_digest(base, flavor, patches_dir)} {tree_digest(tree)}")
     return patches_dir / name
 
 

@@ -133,6 +133,8 @@ def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work)
     assert "return 9" not in Patch.read(patches_dir / "0001-config.patch").diff
     clean = apply_series("cpu", tmp_path / "clean", patches_dir, base)
     assert tree_files(clean) == edited
+    # the refreshed tree counts as applied: apply keeps it and raises nothing
+    assert tree_files(apply_series("cpu", out, patches_dir, base)) == edited
 
 
 def test_refresh_named_patch_below_a_later_one(tmp_path, fake_base, patches_dir, repo_work):
