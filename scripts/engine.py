@@ -128,18 +128,44 @@ def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarra
     return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
 
 
-def hf_last_token_embed(model_dir, sentences: list[str]) -> np.ndarray:
-    """transformers reference of last-token pooling: the final hidden state of
-    each sentence's last token, L2-normalised, fp32, shape (N, d). Mirrors the
-    default pooler of a decoder run as an embedding model in vLLM."""
+def _hf(model_dir, auto_class: str = "AutoModel"):
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    import transformers
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    model = getattr(transformers, auto_class).from_pretrained(str(model_dir), dtype=torch.float32)
+    return tok, model.eval()
+
+
+def hf_forward(model_dir, prompts: list, auto_class: str = "AutoModel", output: str = "last_hidden_state") -> list[np.ndarray]:
+    """Run a transformers model on each prompt alone (text, or a list of
+    token ids used as they are), fp32, no padding; return ``output`` of each
+    (``last_hidden_state`` [len, d] or ``logits``), float32 arrays."""
+    import torch
+
+    tok, model = _hf(model_dir, auto_class)
     out = []
     with torch.inference_mode():
-        for s in sentences:  # one at a time: no padding, so the last token is the last position
-            h = model(**tok(s, return_tensors="pt")).last_hidden_state[0, -1]
-            out.append(torch.nn.functional.normalize(h, dim=-1).numpy())
-    return np.stack(out).astype(np.float32)
+        for p in prompts:
+            ids = torch.tensor([p]) if isinstance(p, list) else tok(p, return_tensors="pt")["input_ids"]
+            out.append(getattr(model(input_ids=ids), output)[0].numpy().astype(np.float32))
+    return out
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm."""
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def hf_last_token_embed(model_dir, prompts: list) -> np.ndarray:
+    """transformers reference of last-token pooling: the final hidden state of
+    each prompt's last token, L2-normalised, fp32, shape (N, d). Mirrors the
+    default pooler of a decoder run as an embedding model in vLLM."""
+    return l2_normalize(np.stack([h[-1] for h in hf_forward(model_dir, prompts)]))
+
+
+def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
+    """transformers reference of mean pooling over all tokens, L2-normalised,
+    fp32, shape (N, d): what sentence-transformers computes for MiniLM."""
+    return l2_normalize(np.stack([h.mean(axis=0) for h in hf_forward(model_dir, prompts)]))

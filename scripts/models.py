@@ -6,6 +6,9 @@
 - ``make_tiny_qwen3(dest)``: a small random-weight Qwen3 decoder, made with
   transformers ``save_pretrained`` (head_dim 64: the CPU attention backend
   needs 64 or more), with the MiniLM tokenizer;
+- ``make_tiny_bert(dest, head)``: a small random-weight BERT (``BertModel``,
+  ``BertForSequenceClassification`` or ``BertForTokenClassification``), same
+  sizes and tokenizer;
 - ``sts_test()``: the STS-B test pairs of ``../shared/data/stsbenchmark``.
 """
 
@@ -52,15 +55,47 @@ def make_tiny_qwen3(dest: Path, seed: int = 0) -> Path:
     config = Qwen3Config(
         vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-        max_position_embeddings=512, tie_word_embeddings=True, torch_dtype="float32",
+        max_position_embeddings=512, tie_word_embeddings=True,
     )
+    return _save(dest, Qwen3ForCausalLM(config).to(torch.float32))
+
+
+TINY_BERT_HEADS = {
+    "base": "BertModel",
+    "seq_cls": "BertForSequenceClassification",
+    "token_cls": "BertForTokenClassification",
+}
+
+
+def _save(dest: Path, model) -> Path:
+    """save_pretrained into a temporary directory, add the tokenizer, rename."""
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    Qwen3ForCausalLM(config).to(torch.float32).save_pretrained(tmp)
+    model.save_pretrained(tmp)
     copy_tokenizer(tmp)
     os.replace(tmp, dest)
     return dest
+
+
+def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: int = 0) -> Path:
+    """Save a random-weight BERT with ``head`` (a ``TINY_BERT_HEADS`` key):
+    2 layers, hidden 128, 2 heads of 64, 512 positions, ``num_labels`` labels,
+    fp32, MiniLM's tokenizer. Reuse it when present. Raises ``KeyError`` for
+    an unknown head."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    import transformers
+
+    cls = getattr(transformers, TINY_BERT_HEADS[head])
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
+    )
+    return _save(dest, cls(config).to(torch.float32))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,272 @@
+"""MRV2 pooling, part 1 (patches 0002, 0003): encoder-only models and the
+tasks embed, classify and token_classify on Model Runner V2, through the
+engine on the CPU, against transformers / sentence-transformers on the same
+weights (DESIGN.md tolerances, fp32); the same rows on the V1 runner agree.
+Every MRV2 engine here asserts that MRV2 actually ran."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from scripts.base import REPO
+from scripts.engine import (close_llm, embed, hf_forward, hf_last_token_embed, hf_mean_embed,
+                            l2_normalize, open_llm, rowwise_cosine, runner_in_use, st_embed,
+                            sts_spearman)
+from scripts.models import make_tiny_bert, make_tiny_qwen3, minilm_path
+
+TOL = 1e-4
+MIN_COSINE = 0.99999
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {
+        "seq_cls": make_tiny_bert(root / "bert-seq-cls", "seq_cls"),
+        "token_cls": make_tiny_bert(root / "bert-token-cls", "token_cls"),
+        "qwen3": make_tiny_qwen3(root / "tiny-qwen3"),
+    }
+
+
+def on_runner(model, runner, fn, **kwargs):
+    """Open an engine on ``runner``, check the runner that really ran, apply fn."""
+    llm = open_llm(model, runner=runner, **kwargs)
+    try:
+        assert runner_in_use(llm) == {"v2": "MRV2", "v1": "V1"}[runner]
+        if runner == "v2":
+            assert llm.llm_engine.vllm_config.use_v2_model_runner
+        return fn(llm)
+    finally:
+        close_llm(llm)
+
+
+# --- the validation rows ---------------------------------------------------------------
+
+
+def test_minilm_embed_mrv2_matches_sentence_transformers_and_v1(sts):
+    sentences = sts.sentences
+    got = on_runner(minilm_path(), "v2", lambda llm: embed(llm, sentences)[0])
+    ref = st_embed(minilm_path(), sentences)
+    assert got.shape == ref.shape == (len(sentences), 384)
+    assert rowwise_cosine(got, ref).min() >= MIN_COSINE
+    n = len(sts.first)
+    assert abs(sts_spearman(got[:n], got[n:], sts.gold) - sts_spearman(ref[:n], ref[n:], sts.gold)) <= TOL
+    v1 = on_runner(minilm_path(), "v1", lambda llm: embed(llm, sentences[:512])[0])
+    assert abs(v1 - got[:512]).max() <= TOL
+
+
+def test_decoder_last_token_embed_mrv2_agrees_with_v1(sts, tiny):
+    sentences = sts.sentences[:256]
+    v2 = on_runner(tiny["qwen3"], "v2", lambda llm: embed(llm, sentences)[0])
+    v1 = on_runner(tiny["qwen3"], "v1", lambda llm: embed(llm, sentences)[0])
+    ref = hf_last_token_embed(tiny["qwen3"], sentences)
+    assert abs(v2 - ref).max() <= TOL
+    assert abs(v2 - v1).max() <= TOL
+
+
+def classify(llm, prompts):
+    return np.stack([np.asarray(o.outputs.probs, dtype=np.float32)
+                     for o in llm.classify(prompts, use_tqdm=False)])
+
+
+def test_classify_mrv2_matches_hf_softmax_and_v1(sts, tiny):
+    sentences = sts.sentences[:256]
+    v2 = on_runner(tiny["seq_cls"], "v2", lambda llm: classify(llm, sentences))
+    ref = softmax(np.stack(hf_forward(tiny["seq_cls"], sentences,
+                                      "AutoModelForSequenceClassification", "logits")))
+    assert v2.shape == ref.shape == (256, 3)
+    assert abs(v2 - ref).max() <= TOL
+    v1 = on_runner(tiny["seq_cls"], "v1", lambda llm: classify(llm, sentences))
+    assert abs(v2 - v1).max() <= TOL
+
+
+def token_classify(llm, prompts):
+    outs = llm.encode(prompts, pooling_task="token_classify", use_tqdm=False)
+    return [o.outputs.data.float().numpy() for o in outs]
+
+
+def test_token_classify_mrv2_matches_hf_per_token_and_v1(sts, tiny):
+    sentences = sts.sentences[:128]
+    v2 = on_runner(tiny["token_cls"], "v2", lambda llm: token_classify(llm, sentences))
+    ref = [softmax(x) for x in hf_forward(tiny["token_cls"], sentences,
+                                          "AutoModelForTokenClassification", "logits")]
+    v1 = on_runner(tiny["token_cls"], "v1", lambda llm: token_classify(llm, sentences))
+    assert len(v2) == len(ref) == len(v1) == 128
+    for got, want, other in zip(v2, ref, v1):
+        assert got.shape == want.shape and want.shape[1] == 3
+        assert abs(got - want).max() <= TOL
+        assert abs(got - other).max() <= TOL
+
+
+# --- refusals ----------------------------------------------------------------------------
+
+
+def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
+    """token_classify on a decoder: refused for that request, with the task,
+    the supported tasks and the fallback; a request already queued and one
+    sent after it are served."""
+    from vllm import PoolingParams
+
+    prompts = [[1000 + i for i in range(n)] for n in (5, 9)]
+
+    def scenario(llm):
+        eng = llm.llm_engine
+        eng.add_request("good-0", {"prompt_token_ids": prompts[0]}, PoolingParams(task="embed"))
+        with pytest.raises(ValueError) as e:
+            eng.add_request("bad", {"prompt_token_ids": prompts[0]}, PoolingParams(task="token_classify"))
+        eng.add_request("good-1", {"prompt_token_ids": prompts[1]}, PoolingParams(task="embed"))
+        outs = {}
+        while eng.has_unfinished_requests():
+            outs.update({o.request_id: o for o in eng.step() if o.finished})
+        return str(e.value), outs
+
+    message, outs = on_runner(tiny["qwen3"], "v2", scenario)
+    assert "'token_classify'" in message and "['embed']" in message
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
+    assert sorted(outs) == ["good-0", "good-1"]
+    ref = hf_last_token_embed(tiny["qwen3"], prompts)
+    got = np.stack([outs[f"good-{i}"].outputs.data.numpy() for i in range(2)])
+    assert abs(got - ref).max() <= TOL
+
+
+def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
+    """A decoder configured for token_classify does not start on MRV2; the
+    error names the task, the supported tasks and the fallback."""
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from scripts.engine import open_llm\n"
+        "if __name__ == '__main__':\n"
+        "    try:\n"
+        "        open_llm(%r, runner='v2', pooler_config={'task': 'token_classify'})\n"
+        "    except Exception as e:\n"
+        "        print('STARTUP FAILED', type(e).__name__)\n"
+        "    else:\n"
+        "        print('STARTED')\n"
+    ) % (str(REPO), str(tiny["qwen3"]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "STARTUP FAILED" in out and "STARTED\n" not in out
+    assert "Pooling task 'token_classify' is not supported by Model Runner V2" in out
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in out
+
+
+# --- batches as users send them ----------------------------------------------------------
+
+
+def drain(eng):
+    """Step until idle; return finished outputs by id and finished counts per step."""
+    outs, per_step = {}, []
+    while eng.has_unfinished_requests():
+        done = [o for o in eng.step() if o.finished]
+        per_step.append(len(done))
+        outs.update({o.request_id: o for o in done})
+    return outs, per_step
+
+
+def random_prompt(rng, n):
+    return [rng.randrange(1000, 29000) for _ in range(n)]
+
+
+def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
+    """MiniLM on MRV2: 256 requests in one step; prompt lengths 1 to
+    max_model_len (256); requests arriving across steps; normalised and raw
+    embeddings in one batch; aborts in the middle of a batch.
+
+    The engine core runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0),
+    so a step schedules exactly what was added before it."""
+    from vllm import PoolingParams
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    rng = random.Random(0)
+    many = [random_prompt(rng, rng.randrange(4, 24)) for _ in range(256)]
+    lengths = [random_prompt(rng, n) for n in (1, 2, 3, 17, 64, 255, 256)]
+    first = [random_prompt(rng, rng.randrange(5, 40)) for _ in range(10)]
+    later = [random_prompt(rng, rng.randrange(5, 40)) for _ in range(10)]
+    doomed = [random_prompt(rng, rng.randrange(5, 40)) for _ in range(5)]
+
+    def scenario(llm):
+        eng = llm.llm_engine
+        for i, p in enumerate(many):
+            eng.add_request(f"many-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        many_out, many_steps = drain(eng)
+        for i, p in enumerate(lengths):
+            eng.add_request(f"len-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        len_out, _ = drain(eng)
+        for i, p in enumerate(first):
+            eng.add_request(f"first-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        mixed = {o.request_id: o for o in eng.step() if o.finished}
+        for i, p in enumerate(later):  # half raw, half normalised, arriving now
+            params = PoolingParams(task="embed", use_activation=(i % 2 == 0))
+            eng.add_request(f"later-{i}", {"prompt_token_ids": p}, params)
+        for i, p in enumerate(doomed):
+            eng.add_request(f"doomed-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        eng.abort_request([f"doomed-{i}" for i in range(0, 5, 2)])
+        rest, _ = drain(eng)
+        mixed.update(rest)
+        return many_out, many_steps, len_out, mixed
+
+    many_out, many_steps, len_out, mixed = on_runner(
+        minilm_path(), "v2", scenario, max_num_seqs=256, max_num_batched_tokens=16384)
+
+    assert max(many_steps) == 256  # all 256 finished in one engine step
+    got = np.stack([many_out[f"many-{i}"].outputs.data.numpy() for i in range(256)])
+    assert abs(got - hf_mean_embed(minilm_path(), many)).max() <= TOL
+
+    got = np.stack([len_out[f"len-{i}"].outputs.data.numpy() for i in range(len(lengths))])
+    assert abs(got - hf_mean_embed(minilm_path(), lengths)).max() <= TOL
+
+    expected = {f"first-{i}" for i in range(10)} | {f"later-{i}" for i in range(10)} \
+        | {f"doomed-{i}" for i in (1, 3)}
+    assert set(mixed) == expected
+    raw = np.stack([h.mean(axis=0) for h in hf_forward(minilm_path(), later)])
+    for i in range(10):
+        want = l2_normalize(raw[i]) if i % 2 == 0 else raw[i]
+        assert abs(mixed[f"later-{i}"].outputs.data.numpy() - want).max() <= TOL
+    got = np.stack([mixed[f"first-{i}"].outputs.data.numpy() for i in range(10)])
+    assert abs(got - hf_mean_embed(minilm_path(), first)).max() <= TOL
+
+
+def test_decoder_chunked_prefill_with_abort_and_slot_reuse(tiny, monkeypatch):
+    """Qwen3 on MRV2 with 64-token steps: long prompts span several steps; two
+    are aborted mid-prefill; the rest and later requests (reusing their
+    slots) match transformers. Engine core in this process, as above."""
+    from vllm import PoolingParams
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    rng = random.Random(1)
+    long = [random_prompt(rng, n) for n in (150, 300, 90, 200, 70, 500)]
+    after = [random_prompt(rng, rng.randrange(3, 120)) for _ in range(8)]
+
+    def scenario(llm):
+        eng = llm.llm_engine
+        for i, p in enumerate(long):
+            eng.add_request(f"long-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        outs = {o.request_id: o for o in eng.step() if o.finished}
+        eng.abort_request(["long-1", "long-3"])
+        more, steps = drain(eng)
+        outs.update(more)
+        for i, p in enumerate(after):
+            eng.add_request(f"after-{i}", {"prompt_token_ids": p}, PoolingParams(task="embed"))
+        more, _ = drain(eng)
+        outs.update(more)
+        return outs, steps
+
+    outs, steps = on_runner(tiny["qwen3"], "v2", scenario, max_num_batched_tokens=64,
+                            max_num_seqs=8, enable_chunked_prefill=True)
+    assert len(steps) >= 5  # 1,010 prompt tokens left in 64-token steps
+    assert set(outs) == {f"long-{i}" for i in (0, 2, 4, 5)} | {f"after-{i}" for i in range(8)}
+    kept = [long[i] for i in (0, 2, 4, 5)]
+    got = np.stack([outs[f"long-{i}"].outputs.data.numpy() for i in (0, 2, 4, 5)])
+    assert abs(got - hf_last_token_embed(tiny["qwen3"], kept)).max() <= TOL
+    got = np.stack([outs[f"after-{i}"].outputs.data.numpy() for i in range(8)])
+    assert abs(got - hf_last_token_embed(tiny["qwen3"], after)).max() <= TOL

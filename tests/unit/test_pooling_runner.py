@@ -1,0 +1,163 @@
+"""PoolingRunner (MRV2, patch 0003) on CPU tensors: task sets, metadata of
+mixed batches, removal on finish and abort. A stand-in model whose pooler
+records what it is given; stand-ins for the configs, the input batch and the
+request state carry only the fields PoolingRunner reads."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
+from vllm.pooling_params import PoolingParams
+from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
+
+VOCAB = 50
+MAX_REQS = 8
+
+
+class RecordingPooler:
+    """Pools the last token of each request (hidden size 2) and keeps the metadata."""
+
+    def __init__(self, tasks):
+        self.tasks = set(tasks)
+        self.calls = []
+
+    def get_supported_tasks(self):
+        return self.tasks
+
+    def get_pooling_updates(self, task):
+        return PoolingParamsUpdate(requires_token_ids=(task == "classify"))
+
+    def __call__(self, hidden_states, pooling_metadata):
+        self.calls.append((hidden_states, pooling_metadata))
+        return hidden_states[pooling_metadata.get_pooling_cursor().last_token_indices_gpu]
+
+
+class StandInModel(torch.nn.Module):
+    """Has what vLLM's is_pooling_model checks for: a vllm_config init keyword,
+    embed_input_ids, forward and is_pooling_model."""
+
+    is_pooling_model = True
+
+    def __init__(self, *, vllm_config=None, pooler=None):
+        super().__init__()
+        self.pooler = pooler
+
+    def embed_input_ids(self, input_ids):
+        raise NotImplementedError
+
+    def forward(self, input_ids, positions):
+        raise NotImplementedError
+
+
+def make_runner(attn_type="encoder_only", tasks=("embed", "classify", "token_classify", "token_embed"),
+                task=None):
+    model = StandInModel(pooler=RecordingPooler(tasks))
+    model_config = SimpleNamespace(attn_type=attn_type, pooler_config=SimpleNamespace(task=task),
+                                   get_vocab_size=lambda: VOCAB)
+    vllm_config = SimpleNamespace(model_config=model_config,
+                                  scheduler_config=SimpleNamespace(max_num_seqs=MAX_REQS))
+    return PoolingRunner(model, vllm_config, torch.device("cpu")), model.pooler
+
+
+def batch(slots, scheduled, computed, req_ids=None):
+    """A step of requests in ``slots`` with ``scheduled`` new tokens each after
+    ``computed`` tokens already computed."""
+    scheduled = np.asarray(scheduled, dtype=np.int32)
+    qsl = np.concatenate([[0], np.cumsum(scheduled)]).astype(np.int32)
+    return SimpleNamespace(
+        num_reqs=len(slots), req_ids=req_ids or [f"r{s}" for s in slots],
+        idx_mapping_np=np.asarray(slots, dtype=np.int32), num_scheduled_tokens=scheduled,
+        seq_lens_cpu_upper_bound=torch.from_numpy(scheduled + np.asarray(computed, dtype=np.int32)),
+        query_start_loc=torch.from_numpy(qsl), num_tokens=int(qsl[-1]),
+    )
+
+
+def req_states(prompt_lens: dict[int, int]):
+    arr = np.zeros(MAX_REQS, dtype=np.int32)
+    for slot, n in prompt_lens.items():
+        arr[slot] = n
+    return SimpleNamespace(prompt_len=SimpleNamespace(np=arr))
+
+
+def test_task_sets_follow_model_and_attention_type():
+    enc, _ = make_runner("encoder_only")
+    assert enc.supported_tasks == ["embed", "classify", "token_classify"]
+    dec, _ = make_runner("decoder")
+    assert dec.supported_tasks == ["embed", "classify"]
+    only_embed, _ = make_runner("decoder", tasks=("embed", "token_embed"))
+    assert only_embed.supported_tasks == ["embed"]
+    assert PoolingRunner.get_supported_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
+
+
+def test_configured_task_mrv2_cannot_serve_fails_at_construction():
+    with pytest.raises(ValueError) as e:
+        make_runner("decoder", task="token_classify")
+    msg = str(e.value)
+    assert "'token_classify'" in msg and "['embed', 'classify']" in msg
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in msg
+    with pytest.raises(ValueError, match="none of this model's pooling tasks"):
+        make_runner("decoder", tasks=("token_embed",))
+
+
+def test_metadata_for_a_mixed_batch():
+    runner, pooler = make_runner("decoder")
+    # slot 5: embed, finishing (3 of 3 tokens); slot 0: classify (needs token
+    # ids), 2 more of 6 after 4 computed -> finishing; slot 2: raw embed, first
+    # chunk of 4 of 10 -> not finished.
+    runner.add_request("a", 5, PoolingParams(task="embed"), [1, 2, 3])
+    runner.add_request("b", 0, PoolingParams(task="classify"), [4, 5, 6, 7, 8, 9])
+    runner.add_request("c", 2, PoolingParams(task="embed", use_activation=False), list(range(10)))
+    states = req_states({5: 3, 0: 6, 2: 10})
+    step = batch([5, 0, 2], [3, 2, 4], [0, 4, 0], ["a", "b", "c"])
+    hidden = torch.arange(9 * 2, dtype=torch.float32).reshape(9, 2)
+
+    out, finished = runner.pool(hidden, step, states)
+
+    assert finished == [True, True, False]
+    torch.testing.assert_close(out, hidden[[2, 4, 8]])
+    (seen_hidden, meta), = pooler.calls
+    assert seen_hidden.shape == (9, 2)
+    assert meta.prompt_lens.tolist() == [3, 6, 10]
+    assert [p.task for p in meta.pooling_params] == ["embed", "classify", "embed"]
+    assert [p.use_activation for p in meta.pooling_params] == [None, None, False]
+    assert meta.pooling_params[1].requires_token_ids and not meta.pooling_params[0].requires_token_ids
+    cursor = meta.get_pooling_cursor()
+    assert cursor.first_token_indices_gpu.tolist() == [0, 3, 5]
+    assert cursor.last_token_indices_gpu.tolist() == [2, 4, 8]
+    assert cursor.seq_lens_cpu.tolist() == [3, 6, 4]
+    assert cursor.is_finished().tolist() == [True, True, False]
+    # token ids only for the request that asked, padded with the vocab size
+    assert meta.prompt_token_ids_cpu.tolist() == [
+        [VOCAB] * 10, [4, 5, 6, 7, 8, 9] + [VOCAB] * 4, [VOCAB] * 10]
+
+
+def test_no_token_ids_when_no_request_needs_them():
+    runner, pooler = make_runner()
+    runner.add_request("a", 1, PoolingParams(task="embed"), [1, 2])
+    runner.pool(torch.zeros(2, 2), batch([1], [2], [0], ["a"]), req_states({1: 2}))
+    meta = pooler.calls[0][1]
+    assert meta.prompt_token_ids is None and meta.prompt_token_ids_cpu is None
+
+
+def test_removal_on_finish_and_abort_frees_the_slot():
+    runner, pooler = make_runner()
+    runner.add_request("done", 3, PoolingParams(task="embed"), [1, 2])
+    runner.add_request("aborted", 4, PoolingParams(task="token_classify"), [1, 2, 3])
+    states = runner.pooling_states[4]
+    states.hidden_states_cache.append(torch.ones(1))
+    runner.remove_request(3)  # finished
+    runner.remove_request(4)  # aborted mid-batch
+    assert runner.pooling_params[3] is None and runner.req_ids[3] is None
+    assert runner.pooling_params[4] is None and runner.pooling_states[4] is None
+    assert states.hidden_states_cache == []  # cleaned, not just dropped
+    with pytest.raises(RuntimeError, match=r"without PoolingParams: \['aborted'\]"):
+        runner.pool(torch.zeros(3, 2), batch([4], [3], [0], ["aborted"]), req_states({4: 3}))
+    # a new request can take the slot again
+    runner.add_request("next", 4, PoolingParams(task="embed"), [7])
+    out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
+    assert finished == [True] and out.shape == (1, 2)
