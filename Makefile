@@ -24,7 +24,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke test test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke bench test test-tooling test-e2e clean
 
 all: smoke
 
@@ -32,6 +32,7 @@ help:
 	@echo "make              set up everything, run the smoke job (STS-B through the engine)"
 	@echo "make test         tooling, wheel and CPU end-to-end tests (PYTEST_ARGS=... to select)"
 	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
+	@echo "make bench        MRV2 vs V1 throughput, side by side in one run (reports/bench.json)"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache)"
@@ -79,6 +80,9 @@ install: $(VENV)/.vllm-installed
 
 smoke: install apply
 	$(PY) -m scripts.smoke
+
+bench: install apply
+	$(PY) -m scripts.bench
 
 test: install apply
 	$(PY) -m pytest $(PYTEST_ARGS)
