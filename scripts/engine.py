@@ -26,6 +26,43 @@ def runner_class(worker) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _late_interaction_runner(worker):
+    runner = worker.model_runner
+    pooling = getattr(runner, "pooling_runner", None)  # MRV2 composes it in its PoolingRunner
+    return pooling.late_interaction_runner if pooling is not None else runner.late_interaction_runner
+
+
+def late_interaction_state(worker) -> dict:
+    """Runs in the worker: what its late-interaction runner holds (cached
+    query keys, remaining uses, documents waiting for a query)."""
+    li = _late_interaction_runner(worker)
+    return {"cached_queries": sorted(li._query_cache), "query_uses": dict(li._query_uses),
+            "pending_docs": len(li._doc_query_keys)}
+
+
+def count_late_interaction_requests(worker) -> None:
+    """Runs in the worker: count the requests registered with its
+    late-interaction runner by mode (``cache_query``, ``score_doc``, None)
+    from now on; read the counts with ``late_interaction_counts``."""
+    li = _late_interaction_runner(worker)
+    counts: dict = {}
+    register = li.register_request
+
+    def counting(req_id, pooling_params):
+        lip = pooling_params.late_interaction_params if pooling_params is not None else None
+        mode = lip.mode if lip is not None else None
+        counts[mode] = counts.get(mode, 0) + 1
+        return register(req_id, pooling_params)
+
+    li.register_request = counting
+    li.request_counts = counts
+
+
+def late_interaction_counts(worker) -> dict:
+    """Runs in the worker: the counts ``count_late_interaction_requests`` kept."""
+    return dict(_late_interaction_runner(worker).request_counts)
+
+
 def runner_in_use(llm) -> str:
     """``"MRV2"`` or ``"V1"``: the model runner the engine's worker really built.
 

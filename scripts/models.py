@@ -9,6 +9,10 @@
 - ``make_tiny_bert(dest, head)``: a small random-weight BERT (``BertModel``,
   ``BertForSequenceClassification`` or ``BertForTokenClassification``), same
   sizes and tokenizer;
+- ``make_tiny_colbert(dest)``: a small random-weight ColBERT checkpoint in
+  the ``HF_ColBERT`` layout (``bert.*`` plus the ``linear`` projection,
+  ``dim`` declared in ``config.json``), with ``colbert_reference`` giving
+  its per-token embeddings;
 - ``sts_test()``: the STS-B test pairs of ``../shared/data/stsbenchmark``.
 """
 
@@ -96,6 +100,60 @@ def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: in
         num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
     )
     return _save(dest, cls(config).to(torch.float32))
+
+
+def make_tiny_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
+    """Save a random-weight ``HF_ColBERT`` checkpoint (colbert-ai's layout: a
+    ``BertModel`` under ``bert.``, a bias-free ``linear`` projection to
+    ``dim``), ``dim`` declared in ``config.json``, same sizes and tokenizer as
+    ``make_tiny_bert``. Reuse it when present."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=512,
+    )
+    bert = transformers.BertModel(config, add_pooling_layer=False).to(torch.float32)
+    weights = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}
+    weights["linear.weight"] = torch.randn(dim, config.hidden_size) / config.hidden_size**0.5
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    config.architectures = ["HF_ColBERT"]
+    config.dim = dim
+    config.save_pretrained(tmp)
+    save_file(weights, str(tmp / "model.safetensors"))
+    copy_tokenizer(tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+def colbert_reference(model_dir: Path, prompts: list) -> list:
+    """transformers reference of an ``HF_ColBERT`` checkpoint's token
+    embeddings: BERT's last hidden state projected by ``linear`` and
+    L2-normalised per token; a float32 array [n_tokens, dim] per prompt
+    (text, or token ids used as they are)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, BertModel
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    bert = BertModel.from_pretrained(str(model_dir), add_pooling_layer=False, dtype=torch.float32).eval()
+    linear = load_file(str(Path(model_dir) / "model.safetensors"))["linear.weight"]
+    out = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p]) if isinstance(p, list) else tok(p, return_tensors="pt")["input_ids"]
+            h = bert(input_ids=ids).last_hidden_state[0] @ linear.T
+            out.append(torch.nn.functional.normalize(h, dim=-1).numpy().astype(np.float32))
+    return out
 
 
 @dataclass(frozen=True)

@@ -112,9 +112,9 @@ def test_token_classify_mrv2_matches_hf_per_token_and_v1(sts, tiny):
 
 
 def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
-    """token_classify on a decoder: refused for that request, with the task,
-    the supported tasks and the fallback; a request already queued and one
-    sent after it are served."""
+    """token_classify and token_embed on a decoder: each refused for that
+    request, with the task, the supported tasks and the fallback; a request
+    already queued and one sent after them are served."""
     from vllm import PoolingParams
 
     prompts = [[1000 + i for i in range(n)] for n in (5, 9)]
@@ -122,17 +122,21 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
     def scenario(llm):
         eng = llm.llm_engine
         eng.add_request("good-0", {"prompt_token_ids": prompts[0]}, PoolingParams(task="embed"))
-        with pytest.raises(ValueError) as e:
-            eng.add_request("bad", {"prompt_token_ids": prompts[0]}, PoolingParams(task="token_classify"))
+        messages = {}
+        for task in ("token_classify", "token_embed"):
+            with pytest.raises(ValueError) as e:
+                eng.add_request(f"bad-{task}", {"prompt_token_ids": prompts[0]}, PoolingParams(task=task))
+            messages[task] = str(e.value)
         eng.add_request("good-1", {"prompt_token_ids": prompts[1]}, PoolingParams(task="embed"))
         outs = {}
         while eng.has_unfinished_requests():
             outs.update({o.request_id: o for o in eng.step() if o.finished})
-        return str(e.value), outs
+        return messages, outs
 
-    message, outs = on_runner(tiny["qwen3"], "v2", scenario)
-    assert "'token_classify'" in message and "['embed']" in message
-    assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
+    messages, outs = on_runner(tiny["qwen3"], "v2", scenario)
+    for task, message in messages.items():
+        assert f"'{task}'" in message and "['embed']" in message
+        assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
     assert sorted(outs) == ["good-0", "good-1"]
     ref = hf_last_token_embed(tiny["qwen3"], prompts)
     got = np.stack([outs[f"good-{i}"].outputs.data.numpy() for i in range(2)])

@@ -13,14 +13,18 @@ import torch
 
 from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
 from vllm.pooling_params import PoolingParams
-from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
+from vllm.v1.pool.late_interaction import (build_late_interaction_doc_params,
+                                           build_late_interaction_query_params)
+from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS, PoolingRunner
 
 VOCAB = 50
 MAX_REQS = 8
 
 
 class RecordingPooler:
-    """Pools the last token of each request (hidden size 2) and keeps the metadata."""
+    """Pools the last token of each request (hidden size 2), or every token for
+    token tasks (a list of [n_tokens, 2]), and keeps the metadata."""
 
     def __init__(self, tasks):
         self.tasks = set(tasks)
@@ -34,7 +38,11 @@ class RecordingPooler:
 
     def __call__(self, hidden_states, pooling_metadata):
         self.calls.append((hidden_states, pooling_metadata))
-        return hidden_states[pooling_metadata.get_pooling_cursor().last_token_indices_gpu]
+        cursor = pooling_metadata.get_pooling_cursor()
+        if all(t.startswith("token_") for t in pooling_metadata.tasks):
+            return [hidden_states[f:l + 1] for f, l in zip(cursor.first_token_indices_gpu.tolist(),
+                                                          cursor.last_token_indices_gpu.tolist())]
+        return hidden_states[cursor.last_token_indices_gpu]
 
 
 class StandInModel(torch.nn.Module):
@@ -86,12 +94,34 @@ def req_states(prompt_lens: dict[int, int]):
 
 def test_task_sets_follow_model_and_attention_type():
     enc, _ = make_runner("encoder_only")
-    assert enc.supported_tasks == ["embed", "classify", "token_classify"]
+    assert enc.supported_tasks == ["embed", "classify", "token_embed", "token_classify"]
     dec, _ = make_runner("decoder")
     assert dec.supported_tasks == ["embed", "classify"]
     only_embed, _ = make_runner("decoder", tasks=("embed", "token_embed"))
     assert only_embed.supported_tasks == ["embed"]
     assert PoolingRunner.get_supported_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
+
+
+def test_pooling_runner_supports_encoder_token_embedding():
+    assert _TOKEN_TASKS == {"token_embed", "token_classify", "embed&token_classify"}
+    enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type="encoder_only"))
+    assert _TOKEN_TASKS <= enabled and {"embed", "classify"} <= enabled
+    runner, _ = make_runner("encoder_only", tasks=("token_embed",))
+    assert runner.supported_tasks == ["token_embed"]
+    runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
+    hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
+    assert finished == [True] and len(out) == 1
+    torch.testing.assert_close(out[0], hidden)  # one output per token
+
+
+def test_pooling_runner_filters_decoder_token_embedding():
+    for attn_type in ("decoder", "encoder_decoder", "hybrid"):
+        enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type=attn_type))
+        assert not (enabled & _TOKEN_TASKS)
+        assert {"embed", "classify"} <= enabled
+    with pytest.raises(ValueError, match="'token_embed' is not supported by Model Runner V2"):
+        make_runner("decoder", task="token_embed")
 
 
 def test_configured_task_mrv2_cannot_serve_fails_at_construction():
@@ -161,3 +191,95 @@ def test_removal_on_finish_and_abort_frees_the_slot():
     runner.add_request("next", 4, PoolingParams(task="embed"), [7])
     out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
     assert finished == [True] and out.shape == (1, 2)
+
+
+# --- late interaction (patch 0004) -------------------------------------------------------
+
+Q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # query token embeddings
+
+
+def query_params(uses):
+    return PoolingParams(task="token_embed", late_interaction_params=build_late_interaction_query_params("q", uses))
+
+
+def doc_params():
+    return PoolingParams(task="token_embed", late_interaction_params=build_late_interaction_doc_params("q"))
+
+
+def li_runner(uses):
+    """An encoder-only runner whose late-interaction cache holds query "q" with ``uses`` documents."""
+    runner, _ = make_runner("encoder_only", tasks=("token_embed",))
+    runner.add_request("query", 0, query_params(uses), [1, 2])
+    out, _ = runner.pool(Q, batch([0], [2], [0], ["query"]), req_states({0: 2}))
+    assert out[0].shape == () and float(out[0]) == 0.0  # a query returns no embedding
+    runner.remove_request(0)
+    runner.on_requests_finished({"query"})
+    li = runner.late_interaction_runner
+    assert set(li._query_cache) == {"q"} and li._query_uses == {"q": uses}
+    return runner, li
+
+
+def score_doc(runner, req_id, slot, doc):
+    runner.add_request(req_id, slot, doc_params(), list(range(len(doc))))
+    out, finished = runner.pool(doc, batch([slot], [len(doc)], [0], [req_id]), req_states({slot: len(doc)}))
+    assert finished == [True]
+    return float(out[0])
+
+
+def test_documents_are_scored_by_maxsim_against_the_cached_query():
+    runner, li = li_runner(uses=2)
+    doc = torch.tensor([[0.6, 0.8], [1.0, 0.0], [0.0, -1.0]])
+    # MaxSim: query token 0 -> max(0.6, 1.0, 0) = 1.0; token 1 -> max(0.8, 0, -1) = 0.8
+    assert score_doc(runner, "d1", 1, doc) == pytest.approx(1.8)
+    assert li._query_uses == {"q": 1}
+    assert score_doc(runner, "d2", 2, doc[:1]) == pytest.approx(0.6 + 0.8)
+    assert li._query_cache == {} and li._query_uses == {}
+
+
+def test_pooling_runner_releases_aborted_late_interaction_doc():
+    runner, li = li_runner(uses=2)
+    runner.add_request("d1", 1, doc_params(), [1, 2, 3])
+    runner.add_request("d2", 2, doc_params(), [1, 2])
+    # d1 aborted while scheduled: the runner drops its slot, the finished ids
+    # release its use of the query.
+    runner.remove_request(1)
+    runner.on_requests_finished({"d1"})
+    assert li._query_uses == {"q": 1} and "d1" not in li._doc_query_keys
+    runner.remove_request(2)
+    runner.on_requests_finished({"d2"})
+    assert li._query_cache == {} and li._query_uses == {} and li._doc_query_keys == {}
+
+
+def runner_host(runner):
+    """What GPUModelRunner.finish_requests / reset_*_cache read of their runner."""
+    removed = []
+    host = SimpleNamespace(pooling_runner=runner, encoder_cache=None, removed=removed,
+                           _remove_request=lambda req_id: removed.append(req_id))
+    return host
+
+
+def test_preempted_document_keeps_its_reservation_until_it_finishes():
+    runner, li = li_runner(uses=2)
+    host = runner_host(runner)
+    runner.add_request("d1", 1, doc_params(), [1, 2, 3])
+    runner.add_request("d2", 2, doc_params(), [1, 2])
+    # d1 is preempted: removed from the runner's slots, not finished.
+    GPUModelRunner.finish_requests(host, SimpleNamespace(finished_req_ids=set(), preempted_req_ids={"d1"}))
+    runner.remove_request(1)
+    assert host.removed == ["d1"]
+    assert li._query_uses == {"q": 2} and li._doc_query_keys["d1"] == "q"
+    # d2 finishes normally; d1 is rescheduled (new slot) and finishes.
+    assert score_doc(runner, "d2", 2, torch.tensor([[1.0, 0.0]])) == pytest.approx(1.0)
+    GPUModelRunner.finish_requests(host, SimpleNamespace(finished_req_ids={"d2"}, preempted_req_ids=set()))
+    assert li._query_uses == {"q": 1}
+    assert score_doc(runner, "d1", 5, torch.tensor([[0.0, 1.0]])) == pytest.approx(1.0)
+    assert li._query_cache == {} and li._query_uses == {}
+
+
+def test_encoder_cache_reset_clears_late_interaction_state():
+    runner, li = li_runner(uses=3)
+    host = runner_host(runner)
+    GPUModelRunner.reset_mm_cache(host)  # multimodal cache reset: state kept
+    assert set(li._query_cache) == {"q"} and li._query_uses == {"q": 3}
+    GPUModelRunner.reset_encoder_cache(host)  # weights reloaded: cached queries are stale
+    assert li._query_cache == {} and li._query_uses == {}

@@ -1,0 +1,121 @@
+"""MRV2 pooling, part 2 (patches 0004, 0005): token_embed on encoder-only
+models, ColBERT-style late interaction through the LateInteractionRunner, the
+ColBERT start-up fault. Through the engine on the CPU, fp32, against
+transformers references; every MRV2 engine asserts that MRV2 ran."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scripts.engine import (count_late_interaction_requests, hf_forward, l2_normalize,
+                            late_interaction_counts, late_interaction_state)
+from scripts.models import colbert_reference, make_tiny_colbert, minilm_path
+from tests.e2e.test_pooling_mrv2 import drain, on_runner
+
+TOL = 1e-4  # DESIGN.md (upstream's bar for ColBERT was 1e-2)
+
+
+def maxsim(q: np.ndarray, d: np.ndarray) -> float:
+    """ColBERT's MaxSim: for each query token its best dot product over the
+    document's tokens, summed."""
+    return float((q @ d.T).max(axis=1).sum())
+
+
+@pytest.fixture(scope="module")
+def colbert(tmp_path_factory):
+    return make_tiny_colbert(tmp_path_factory.mktemp("models") / "tiny-hf-colbert")
+
+
+def token_embed(llm, prompts):
+    return [o.outputs.data.float().numpy() for o in
+            llm.encode(prompts, pooling_task="token_embed", use_tqdm=False)]
+
+
+def test_token_embed_on_bert_encoder_matches_hf_per_token_and_v1(sts):
+    sentences = sts.sentences[:64]
+    task = {"pooler_config": {"task": "token_embed"}}
+    v2 = on_runner(minilm_path(), "v2", lambda llm: token_embed(llm, sentences), **task)
+    ref = [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)]
+    v1 = on_runner(minilm_path(), "v1", lambda llm: token_embed(llm, sentences), **task)
+    for got, want, other in zip(v2, ref, v1, strict=True):
+        assert got.shape == want.shape and want.shape[1] == 384
+        assert abs(got - want).max() <= TOL
+        assert abs(got - other).max() <= TOL
+
+
+def score_call(llm, query, docs):
+    """LLM.score for 1 query and N documents, with the worker's request counts
+    and late-interaction state afterwards."""
+    llm.collective_rpc(count_late_interaction_requests)
+    scores = [o.outputs.score for o in llm.score(query, docs, use_tqdm=False)]
+    (counts,) = llm.collective_rpc(late_interaction_counts)
+    (state,) = llm.collective_rpc(late_interaction_state)
+    return scores, counts, state
+
+
+@pytest.mark.parametrize("n_docs", [1, 8])
+def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
+    query, docs = sts.first[0], sts.second[:n_docs]
+
+    def scenario(llm):
+        tokens = token_embed(llm, [query] + docs)
+        return tokens, score_call(llm, query, docs)
+
+    tokens, (scores, counts, state) = on_runner(colbert, "v2", scenario)
+    ref = colbert_reference(colbert, [query] + docs)
+    for got, want in zip(tokens, ref, strict=True):
+        assert got.shape == want.shape and want.shape[1] == 32
+        assert abs(got - want).max() <= TOL
+    want_scores = [maxsim(ref[0], d) for d in ref[1:]]
+    assert np.allclose(scores, want_scores, rtol=0, atol=TOL)
+    assert counts == {"cache_query": 1, "score_doc": n_docs}  # one query forward
+    assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+
+    v1_scores, v1_counts, _ = on_runner(colbert, "v1", lambda llm: score_call(llm, query, docs))
+    assert np.allclose(v1_scores, scores, rtol=0, atol=TOL)
+    assert v1_counts == counts
+
+
+def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
+    """A query cached for 4 documents; 2 documents aborted while waiting (the
+    worker never saw them; patch 0006): once the others are scored and the
+    worker has run the next step, no query embedding stays cached. Engine
+    core in this process, so steps are ours."""
+    from vllm import PoolingParams
+    from vllm.v1.pool.late_interaction import (build_late_interaction_doc_params,
+                                               build_late_interaction_query_params)
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    q = [2000, 2001, 2002, 2003]
+    docs = [[3000 + i, 3100 + i, 3200 + i] for i in range(4)]
+
+    def scenario(llm):
+        eng = llm.llm_engine
+        eng.add_request("q", {"prompt_token_ids": q}, PoolingParams(
+            task="token_embed", late_interaction_params=build_late_interaction_query_params("k", 4)))
+        drain(eng)
+        (cached,) = llm.collective_rpc(late_interaction_state)
+        for i, d in enumerate(docs[:3]):
+            eng.add_request(f"d{i}", {"prompt_token_ids": d}, PoolingParams(
+                task="token_embed", late_interaction_params=build_late_interaction_doc_params("k")))
+        eng.abort_request(["d1"])  # never scheduled
+        outs, _ = drain(eng)
+        (middle,) = llm.collective_rpc(late_interaction_state)
+        eng.add_request("d3", {"prompt_token_ids": docs[3]}, PoolingParams(
+            task="token_embed", late_interaction_params=build_late_interaction_doc_params("k")))
+        eng.abort_request(["d3"])
+        # Workers hear of finished requests with the next step: run one.
+        eng.add_request("other", {"prompt_token_ids": docs[0]}, PoolingParams(task="token_embed"))
+        drain(eng)
+        (after,) = llm.collective_rpc(late_interaction_state)
+        return cached, outs, middle, after
+
+    cached, outs, middle, after = on_runner(colbert, "v2", scenario)
+    assert cached == {"cached_queries": ["k"], "query_uses": {"k": 4}, "pending_docs": 0}
+    assert sorted(outs) == ["d0", "d2"]
+    ref = colbert_reference(colbert, [q] + docs)
+    for name, d in (("d0", ref[1]), ("d2", ref[3])):
+        assert abs(float(outs[name].outputs.data) - maxsim(ref[0], d)) <= TOL
+    assert middle == {"cached_queries": ["k"], "query_uses": {"k": 1}, "pending_docs": 0}
+    assert after == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
