@@ -102,11 +102,22 @@ def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: in
     return _save(dest, cls(config).to(torch.float32))
 
 
-def make_tiny_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
-    """Save a random-weight ``HF_ColBERT`` checkpoint (colbert-ai's layout: a
-    ``BertModel`` under ``bert.``, a bias-free ``linear`` projection to
-    ``dim``), ``dim`` declared in ``config.json``, same sizes and tokenizer as
-    ``make_tiny_bert``. Reuse it when present."""
+# ColBERT backbones buildable small: transformers config and model classes,
+# the checkpoint's prefix for the backbone, the vLLM architecture.
+COLBERT_BACKBONES = {
+    "bert": ("BertConfig", "BertModel", "bert.", "HF_ColBERT", {}),
+    "modernbert": ("ModernBertConfig", "ModernBertModel", "model.", "ColBERTModernBertModel",
+                   {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102, "cls_token_id": 101,
+                    "sep_token_id": 102, "global_attn_every_n_layers": 1, "local_attention": 128}),
+}
+
+
+def make_tiny_colbert(dest: Path, backbone: str = "bert", dim: int = 32, seed: int = 0) -> Path:
+    """Save a random-weight ColBERT checkpoint on ``backbone`` (a
+    ``COLBERT_BACKBONES`` key): the backbone under its prefix plus a bias-free
+    ``linear`` projection to ``dim`` (colbert-ai's ``HF_ColBERT`` layout),
+    ``dim`` declared in ``config.json``; 2 layers, hidden 128, 2 heads of 64,
+    MiniLM's tokenizer. Reuse it when present."""
     dest = Path(dest)
     if (dest / "config.json").exists():
         return dest
@@ -114,18 +125,20 @@ def make_tiny_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
     import transformers
     from safetensors.torch import save_file
 
+    config_cls, model_cls, prefix, arch, extra = COLBERT_BACKBONES[backbone]
     torch.manual_seed(seed)
-    config = transformers.BertConfig(
+    config = getattr(transformers, config_cls)(
         vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=512,
+        num_attention_heads=2, max_position_embeddings=512, **extra,
     )
-    bert = transformers.BertModel(config, add_pooling_layer=False).to(torch.float32)
-    weights = {f"bert.{k}": v.contiguous() for k, v in bert.state_dict().items()}
+    model = getattr(transformers, model_cls)(config).to(torch.float32)
+    weights = {f"{prefix}{k}": v.contiguous() for k, v in model.state_dict().items()
+               if not k.startswith("pooler.")}
     weights["linear.weight"] = torch.randn(dim, config.hidden_size) / config.hidden_size**0.5
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    config.architectures = ["HF_ColBERT"]
+    config.architectures = [arch]
     config.dim = dim
     config.save_pretrained(tmp)
     save_file(weights, str(tmp / "model.safetensors"))
@@ -135,23 +148,23 @@ def make_tiny_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
 
 
 def colbert_reference(model_dir: Path, prompts: list) -> list:
-    """transformers reference of an ``HF_ColBERT`` checkpoint's token
-    embeddings: BERT's last hidden state projected by ``linear`` and
+    """transformers reference of a ``make_tiny_colbert`` checkpoint's token
+    embeddings: the backbone's last hidden state projected by ``linear`` and
     L2-normalised per token; a float32 array [n_tokens, dim] per prompt
     (text, or token ids used as they are)."""
     import numpy as np
     import torch
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer, BertModel
+    from transformers import AutoModel, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    bert = BertModel.from_pretrained(str(model_dir), add_pooling_layer=False, dtype=torch.float32).eval()
+    backbone = AutoModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     linear = load_file(str(Path(model_dir) / "model.safetensors"))["linear.weight"]
     out = []
     with torch.inference_mode():
         for p in prompts:
             ids = torch.tensor([p]) if isinstance(p, list) else tok(p, return_tensors="pt")["input_ids"]
-            h = bert(input_ids=ids).last_hidden_state[0] @ linear.T
+            h = backbone(input_ids=ids).last_hidden_state[0] @ linear.T
             out.append(torch.nn.functional.normalize(h, dim=-1).numpy().astype(np.float32))
     return out
 

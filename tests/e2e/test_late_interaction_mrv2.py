@@ -27,6 +27,11 @@ def colbert(tmp_path_factory):
     return make_tiny_colbert(tmp_path_factory.mktemp("models") / "tiny-hf-colbert")
 
 
+@pytest.fixture(scope="module")
+def colbert_modernbert(tmp_path_factory):
+    return make_tiny_colbert(tmp_path_factory.mktemp("models") / "tiny-modernbert-colbert", "modernbert")
+
+
 def token_embed(llm, prompts):
     return [o.outputs.data.float().numpy() for o in
             llm.encode(prompts, pooling_task="token_embed", use_tqdm=False)]
@@ -75,6 +80,25 @@ def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
     v1_scores, v1_counts, _ = on_runner(colbert, "v1", lambda llm: score_call(llm, query, docs))
     assert np.allclose(v1_scores, scores, rtol=0, atol=TOL)
     assert v1_counts == counts
+
+
+def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_modernbert):
+    """The other ColBERT backbone buildable small (patch 0005 changed where
+    every backbone builds its projection): starts with ``dim`` declared,
+    token embeddings and scores match transformers on MRV2."""
+    query, docs = sts.first[1], sts.second[:4]
+
+    def scenario(llm):
+        return token_embed(llm, [query] + docs), score_call(llm, query, docs)
+
+    tokens, (scores, counts, state) = on_runner(colbert_modernbert, "v2", scenario)
+    ref = colbert_reference(colbert_modernbert, [query] + docs)
+    for got, want in zip(tokens, ref, strict=True):
+        assert got.shape == want.shape and want.shape[1] == 32
+        assert abs(got - want).max() <= TOL
+    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
+    assert counts == {"cache_query": 1, "score_doc": 4}
+    assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 
 
 def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
