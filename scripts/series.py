@@ -36,6 +36,8 @@ PATCHES = REPO / "patches"
 SERIES = PATCHES / "series"
 WORK = REPO / ".build"
 DEP3_REQUIRED = ("Description", "Author", "Last-Update")
+# Written by apply for the distribution version, never by a patch.
+GENERATED = ("_version.py",)
 DEP3_ONE_OF = ("Origin", "Forwarded")
 
 
@@ -258,7 +260,11 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
         if not path.exists():
             problems.append(f"{name}: listed in patches/series but missing")
             continue
-        fields = Patch.read(path).fields()
+        patch = Patch.read(path)
+        for generated in GENERATED:
+            if f"diff --git a/vllm/{generated} " in patch.diff:
+                problems.append(f"{name}: changes vllm/{generated}, which apply writes; drop that hunk")
+        fields = patch.fields()
         for key in DEP3_REQUIRED:
             if key not in fields:
                 problems.append(f"{name}: DEP-3 header lacks {key}")
@@ -296,7 +302,7 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
     with tempfile.TemporaryDirectory(dir=WORK, prefix="refresh-") as tmp:
         tmp = Path(tmp)
         full = build_tree(base, flavor, tmp / "full", patches_dir=patches_dir)
-        edits = _changed_files(full, tree)
+        edits = [f for f in _changed_files(full, tree) if f not in GENERATED]
         if not edits:
             print(f"{name}: no edits in {tree} against the applied series", file=sys.stderr)
         work = tmp / "work"
@@ -331,13 +337,14 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
         # the refreshed series must give back exactly the edited tree
         check = build_tree(base, flavor, tmp / "check",
                            patches_dir=_overlay(patches_dir, tmp / "patches", name, candidate))
-        if tree_digest(check) != tree_digest(tree):
-            diffs = _changed_files(check, tree)[:10]
-            raise SeriesError(f"refreshed {name} does not reproduce {tree}: differs in {diffs}; "
+        diffs = [f for f in _changed_files(check, tree) if f not in GENERATED]
+        if diffs:
+            raise SeriesError(f"refreshed {name} does not reproduce {tree}: differs in {diffs[:10]}; "
                               "nothing was written")
         shutil.copyfile(candidate, patches_dir / name)
         # the tree is now exactly base + series: record that, so apply knows
-        # it holds no unrefreshed edits
+        # it holds no unrefreshed edits (and give it the current version file)
+        (tree / "_version.py").write_text(version_file(base.dist_version))
         _stamp(tree).write_text(f"{flavor} {inputs_digest(base, flavor, patches_dir)} {tree_digest(tree)}")
     return patches_dir / name
 

@@ -120,6 +120,8 @@ def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work)
     runner.write_text(runner.read_text().replace("    return 9\n", "    return 900\n"))
     (out / "new_module.py").write_text("NEW = True\n")
     edited = tree_files(out)
+    # a tree applied at an older series revision: its version file is apply's, not an edit
+    (out / "_version.py").write_text("__version__ = '1.0.0+test.0'\n")
     old_header = Patch.read(patches_dir / "0002-runner.patch").fields()
 
     refresh(None, out, "cpu", patches_dir, base, today="2026-11-29")
@@ -130,6 +132,8 @@ def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work)
     assert {k: v for k, v in fields.items() if k != "Last-Update"} == \
         {k: v for k, v in old_header.items() if k != "Last-Update"}
     assert "+    return 900" in patch.diff and "vllm/new_module.py" in patch.diff
+    assert "_version.py" not in patch.diff
+    assert "1.0.0+test.1" in (out / "_version.py").read_text()
     assert "return 9" not in Patch.read(patches_dir / "0001-config.patch").diff
     clean = apply_series("cpu", tmp_path / "clean", patches_dir, base)
     assert tree_files(clean) == edited
@@ -183,7 +187,7 @@ def test_new_then_refresh(tmp_path, fake_base, patches_dir, repo_work):
 
 
 def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
-    (patches_dir / "0001-a.patch").write_text("Description: a\n---\ndiff --git a/x b/x\n")
+    (patches_dir / "0001-a.patch").write_text("Description: a\n---\ndiff --git a/vllm/_version.py b/vllm/_version.py\n")
     (patches_dir / "0002-b.patch").write_text(HEADER.format(desc="b") + "---\ndiff --git a/x b/x\n")
     (patches_dir / "series").write_text("0001-a.patch\n0003-gone.patch\n")
     problems = lint(patches_dir)
@@ -192,6 +196,7 @@ def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
     assert "0001-a.patch: DEP-3 header needs Origin or Forwarded" in problems
     assert "0002-b.patch: not listed in patches/series" in problems
     assert "0003-gone.patch: listed in patches/series but missing" in problems
+    assert "0001-a.patch: changes vllm/_version.py, which apply writes; drop that hunk" in problems
 
 
 # --- the real series on the real base -------------------------------------------------
