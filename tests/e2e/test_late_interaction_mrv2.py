@@ -40,7 +40,7 @@ def token_embed(llm, prompts):
 def test_token_embed_on_bert_encoder_matches_hf_per_token_and_v1(sts):
     sentences = sts.sentences[:64]
     task = {"pooler_config": {"task": "token_embed"}}
-    v2 = on_runner(minilm_path(), "v2", lambda llm: token_embed(llm, sentences), **task)
+    v2 = on_runner(minilm_path(), "default", lambda llm: token_embed(llm, sentences), **task)
     ref = [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)]
     v1 = on_runner(minilm_path(), "v1", lambda llm: token_embed(llm, sentences), **task)
     for got, want, other in zip(v2, ref, v1, strict=True):
@@ -67,7 +67,7 @@ def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
         tokens = token_embed(llm, [query] + docs)
         return tokens, score_call(llm, query, docs)
 
-    tokens, (scores, counts, state) = on_runner(colbert, "v2", scenario)
+    tokens, (scores, counts, state) = on_runner(colbert, "default", scenario)
     ref = colbert_reference(colbert, [query] + docs)
     for got, want in zip(tokens, ref, strict=True):
         assert got.shape == want.shape and want.shape[1] == 32
@@ -91,7 +91,7 @@ def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_mod
     def scenario(llm):
         return token_embed(llm, [query] + docs), score_call(llm, query, docs)
 
-    tokens, (scores, counts, state) = on_runner(colbert_modernbert, "v2", scenario)
+    tokens, (scores, counts, state) = on_runner(colbert_modernbert, "default", scenario)
     ref = colbert_reference(colbert_modernbert, [query] + docs)
     for got, want in zip(tokens, ref, strict=True):
         assert got.shape == want.shape and want.shape[1] == 32

@@ -1,8 +1,11 @@
 """MRV2 pooling, part 1 (patches 0002, 0003): encoder-only models and the
 tasks embed, classify and token_classify on Model Runner V2, through the
 engine on the CPU, against transformers / sentence-transformers on the same
-weights (DESIGN.md tolerances, fp32); the same rows on the V1 runner agree.
-Every MRV2 engine here asserts that MRV2 actually ran."""
+weights (DESIGN.md tolerances, fp32); the same rows on the V1 runner
+(VLLM_USE_V2_MODEL_RUNNER=0) agree. The validation rows run with
+VLLM_USE_V2_MODEL_RUNNER unset and assert MRV2 was chosen by default (patch
+0007); the others ask for MRV2 explicitly. Every MRV2 engine here asserts
+that MRV2 actually ran."""
 
 from __future__ import annotations
 
@@ -39,11 +42,13 @@ def tiny(tmp_path_factory):
 
 
 def on_runner(model, runner, fn, **kwargs):
-    """Open an engine on ``runner``, check the runner that really ran, apply fn."""
+    """Open an engine on ``runner`` (``default``: VLLM_USE_V2_MODEL_RUNNER
+    unset, where every pooling model here defaults to MRV2 since patch 0007),
+    check the runner that really ran, apply fn."""
     llm = open_llm(model, runner=runner, **kwargs)
     try:
-        assert runner_in_use(llm) == {"v2": "MRV2", "v1": "V1"}[runner]
-        if runner == "v2":
+        assert runner_in_use(llm) == {"v2": "MRV2", "default": "MRV2", "v1": "V1"}[runner]
+        if runner != "v1":
             assert llm.llm_engine.vllm_config.use_v2_model_runner
         return fn(llm)
     finally:
@@ -55,7 +60,7 @@ def on_runner(model, runner, fn, **kwargs):
 
 def test_minilm_embed_mrv2_matches_sentence_transformers_and_v1(sts):
     sentences = sts.sentences
-    got = on_runner(minilm_path(), "v2", lambda llm: embed(llm, sentences)[0])
+    got = on_runner(minilm_path(), "default", lambda llm: embed(llm, sentences)[0])
     ref = st_embed(minilm_path(), sentences)
     assert got.shape == ref.shape == (len(sentences), 384)
     assert rowwise_cosine(got, ref).min() >= MIN_COSINE
@@ -67,7 +72,7 @@ def test_minilm_embed_mrv2_matches_sentence_transformers_and_v1(sts):
 
 def test_decoder_last_token_embed_mrv2_agrees_with_v1(sts, tiny):
     sentences = sts.sentences[:256]
-    v2 = on_runner(tiny["qwen3"], "v2", lambda llm: embed(llm, sentences)[0])
+    v2 = on_runner(tiny["qwen3"], "default", lambda llm: embed(llm, sentences)[0])
     v1 = on_runner(tiny["qwen3"], "v1", lambda llm: embed(llm, sentences)[0])
     ref = hf_last_token_embed(tiny["qwen3"], sentences)
     assert abs(v2 - ref).max() <= TOL
@@ -81,7 +86,7 @@ def classify(llm, prompts):
 
 def test_classify_mrv2_matches_hf_softmax_and_v1(sts, tiny):
     sentences = sts.sentences[:256]
-    v2 = on_runner(tiny["seq_cls"], "v2", lambda llm: classify(llm, sentences))
+    v2 = on_runner(tiny["seq_cls"], "default", lambda llm: classify(llm, sentences))
     ref = softmax(np.stack(hf_forward(tiny["seq_cls"], sentences,
                                       "AutoModelForSequenceClassification", "logits")))
     assert v2.shape == ref.shape == (256, 3)
@@ -97,7 +102,7 @@ def token_classify(llm, prompts):
 
 def test_token_classify_mrv2_matches_hf_per_token_and_v1(sts, tiny):
     sentences = sts.sentences[:128]
-    v2 = on_runner(tiny["token_cls"], "v2", lambda llm: token_classify(llm, sentences))
+    v2 = on_runner(tiny["token_cls"], "default", lambda llm: token_classify(llm, sentences))
     ref = [softmax(x) for x in hf_forward(tiny["token_cls"], sentences,
                                           "AutoModelForTokenClassification", "logits")]
     v1 = on_runner(tiny["token_cls"], "v1", lambda llm: token_classify(llm, sentences))

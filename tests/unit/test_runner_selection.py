@@ -1,0 +1,121 @@
+"""Runner selection (patch 0007): which models default to Model Runner V2.
+
+``VllmConfig._is_default_v2_model_runner_model`` and ``use_v2_model_runner``
+run on lightweight stand-ins carrying just the fields they read. Each row of
+the table gives the base's answer too, so the rows that flipped are explicit.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import vllm.config.vllm as vllm_config_module
+from vllm.config.vllm import DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, VllmConfig
+
+
+def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False):
+    return SimpleNamespace(architectures=[arch], runner_type=runner_type, is_moe=moe,
+                           is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False)
+
+
+class ConfigStandIn(SimpleNamespace):
+    """A VllmConfig-shaped object: the selection methods are VllmConfig's own."""
+
+    _is_default_v2_model_runner_model = VllmConfig._is_default_v2_model_runner_model
+    use_v2_model_runner = VllmConfig.use_v2_model_runner
+
+    def _dflash_needs_multi_kv_group(self):
+        return False
+
+    def _get_v2_model_runner_unsupported_features(self):
+        return []
+
+
+def stand_in(model_config):
+    return ConfigStandIn(model_config=model_config, speculative_config=None)
+
+
+# (case, model config stand-in, default MRV2 now, on the base)
+TABLE = [
+    ("BertModel pooling (sentence-transformers/all-MiniLM-L6-v2)", model("BertModel", "pooling"), True, False),
+    ("Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)", model("Qwen3ForCausalLM", "pooling"), True, False),
+    ("ColQwen3 multimodal pooling (TomoroAI/tomoro-colqwen3-embed-4b)", model("ColQwen3", "pooling"), True, False),
+    ("BertForSequenceClassification pooling (cross-encoder)", model("BertForSequenceClassification", "pooling"), True, False),
+    ("BertForTokenClassification pooling", model("BertForTokenClassification", "pooling"), True, False),
+    ("HF_ColBERT pooling (late interaction)", model("HF_ColBERT", "pooling"), True, False),
+    ("XLMRobertaModel pooling (BAAI/bge-m3 backbone)", model("XLMRobertaModel", "pooling"), True, False),
+    ("ModernBertModel pooling", model("ModernBertModel", "pooling"), True, False),
+    ("LlamaForCausalLM pooling (intfloat/e5-mistral-7b-instruct style)", model("LlamaForCausalLM", "pooling"), True, False),
+    ("Qwen2ForRewardModel pooling", model("Qwen2ForRewardModel", "pooling"), True, False),
+    ("ColPaliForRetrieval multimodal pooling", model("ColPaliForRetrieval", "pooling"), True, False),
+    ("Qwen3MoeForCausalLM pooling, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "pooling", moe=True), False, False),
+    ("Qwen2MoeForCausalLM pooling, allowlisted MoE", model("Qwen2MoeForCausalLM", "pooling", moe=True), True, False),
+    ("ColBERTLfm2Model pooling, hybrid", model("ColBERTLfm2Model", "pooling", hybrid=True), False, False),
+    ("MambaForCausalLM pooling, attention-free", model("MambaForCausalLM", "pooling", attention_free=True), False, False),
+    ("LlamaForCausalLM generate", model("LlamaForCausalLM", "generate"), True, True),
+    ("Qwen3ForCausalLM generate", model("Qwen3ForCausalLM", "generate"), True, True),
+    ("Qwen2VLForConditionalGeneration multimodal generate", model("Qwen2VLForConditionalGeneration", "generate"), True, True),
+    ("Qwen3MoeForCausalLM generate, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "generate", moe=True), False, False),
+    ("DeepseekV2ForCausalLM generate, allowlisted MoE", model("DeepseekV2ForCausalLM", "generate", moe=True), True, True),
+    ("JambaForCausalLM generate, hybrid", model("JambaForCausalLM", "generate", moe=True, hybrid=True), False, False),
+    ("MambaForCausalLM generate, attention-free", model("MambaForCausalLM", "generate", attention_free=True), False, False),
+    ("LlamaForCausalLM draft runner", model("LlamaForCausalLM", "draft"), True, False),
+]
+
+
+def base_selector(config) -> bool:
+    """vLLM 0.26.0's _is_default_v2_model_runner_model, as it read before the
+    patch (kept here to state the flipped rows, not to test against)."""
+    mc = config.model_config
+    if mc is None or mc.runner_type != "generate" or mc.is_hybrid or mc.is_attention_free:
+        return False
+    return any(a in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES for a in mc.architectures) or not mc.is_moe
+
+
+@pytest.mark.parametrize(("case", "model_config", "expected", "on_base"), TABLE, ids=[t[0] for t in TABLE])
+def test_default_runner_selection(case, model_config, expected, on_base):
+    config = stand_in(model_config)
+    assert config._is_default_v2_model_runner_model() is expected
+    assert base_selector(config) is on_base
+
+
+def test_table_covers_the_required_cases():
+    assert len(TABLE) >= 21
+    flipped = [case for case, _, now, base in TABLE if now != base]
+    assert "Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)" in flipped
+    assert all(base_selector(stand_in(mc)) == now for case, mc, now, _ in TABLE if case.endswith("generate"))
+
+
+def test_no_model_config_is_not_default_v2():
+    assert stand_in(None)._is_default_v2_model_runner_model() is False
+
+
+@pytest.fixture
+def triton(monkeypatch):
+    def set_triton(available: bool):
+        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
+    return set_triton
+
+
+@pytest.mark.parametrize(("env", "expected"), [(None, True), ("1", True), ("0", False)])
+def test_environment_overrides_for_pooling_models(monkeypatch, triton, env, expected):
+    triton(True)
+    if env is None:
+        monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    assert stand_in(model("BertModel", "pooling")).use_v2_model_runner is expected
+
+
+def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
+    triton(True)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
+
+
+def test_without_triton_pooling_models_fall_back_to_v1(monkeypatch, triton):
+    triton(False)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    assert stand_in(model("BertModel", "pooling")).use_v2_model_runner is False
