@@ -13,7 +13,7 @@ PY := $(CURDIR)/$(VENV)/bin/python
 # The flavor of the in-tree vllm/ and of the wheel installed here. These machines
 # have no GPU, so `cpu`; `make wheels` builds both flavors.
 FLAVOR ?= cpu
-VERSION := $(shell $(PYTHON) -c 'import tomllib; d = tomllib.load(open("patches/base.toml", "rb")); print(d["base"]["version"] + "+" + d["series"]["label"] + "." + str(d["series"]["revision"]))')
+VERSION := $(shell $(PYTHON) -m scripts.base version)
 WHEEL_cpu := dist/vllm_cpu-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
 WHEEL_cuda := dist/vllm-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
 SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
@@ -35,7 +35,8 @@ help:
 	@echo "make bench        MRV2 vs V1 throughput, side by side in one run (reports/bench.json)"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
-	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache)"
+	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
+	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
 # DESIGN.md's recipe: PyPI's torch 2.11.0 first, then the base wheel's other
 # requirements (torch family left out), then what tests and tooling need.
@@ -93,5 +94,8 @@ test-tooling: install apply
 test-e2e: install apply
 	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
 
+# Refuses while vllm/ holds edits that are not in a patch (FORCE=1 discards them).
 clean:
+	@[ ! -d vllm ] || [ "$(FORCE)" = 1 ] || $(PY) -m scripts.series status || \
+		{ echo "vllm/ has unrefreshed edits: refresh them, or make clean FORCE=1" >&2; exit 1; }
 	rm -rf vllm .vllm.applied build dist .build reports *.egg-info

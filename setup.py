@@ -66,8 +66,9 @@ def _base_metadata():
 
 
 def _requirements(meta):
-    """Requires-Dist split into install_requires and extras_require."""
-    install, extras = [], {}
+    """Requires-Dist split into install_requires and extras_require (every
+    Provides-Extra kept, with or without requirements)."""
+    install, extras = [], {e: [] for e in meta.get_all("Provides-Extra") or []}
     for req in meta.get_all("Requires-Dist") or []:
         m = re.search(r'\s*(?:and\s+)?extra\s*==\s*"([^"]+)"', req)
         if not m:
@@ -131,6 +132,9 @@ setup(
     ),
     long_description_content_type="text/markdown",
     author=META["Author"],
+    author_email=META["Author-email"],
+    maintainer_email=META["Maintainer-email"],
+    license_expression=META["License-Expression"],
     license_files=LICENSES,
     classifiers=META.get_all("Classifier") or [],
     project_urls=dict(u.split(", ", 1) for u in META.get_all("Project-URL") or []),

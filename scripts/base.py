@@ -106,12 +106,9 @@ def cache_dir() -> Path:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """Hex sha256 of a file."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify(artifact: Artifact, path: Path) -> None:
@@ -170,14 +167,13 @@ def base_requirements(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as zf:
         name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
         meta = email.parser.BytesParser().parsebytes(zf.read(name))
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     out = []
     for req in meta.get_all("Requires-Dist") or []:
-        if "extra ==" in req:
-            continue
-        project = req.replace(" ", "").split(";")[0]
-        for sep in "<>=!~[(":
-            project = project.split(sep)[0]
-        if project.lower().replace("_", "-") in TORCH_FAMILY:
+        parsed = Requirement(req)
+        if "extra" in str(parsed.marker or "") or canonicalize_name(parsed.name) in TORCH_FAMILY:
             continue
         out.append(req)
     return out

@@ -144,9 +144,7 @@ def embed(llm, sentences: list[str], progress: bool = False, **kwargs) -> tuple[
 
 def rowwise_cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cosine similarity of matching rows of two (N, d) arrays, shape (N,)."""
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return np.sum(a * b, axis=1)
+    return np.sum(l2_normalize(a) * l2_normalize(b), axis=1)
 
 
 def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> float:

@@ -3,7 +3,9 @@
 
 Command line::
 
-    python -m scripts.series apply   [--flavor cpu] [--out vllm]
+    python -m scripts.series apply   [--flavor cpu] [--out vllm] [--force]
+    python -m scripts.series status                 # is vllm/ base + series, or edited?
+    python -m scripts.series new NNNN-topic.patch --author A --description D
     python -m scripts.series refresh [PATCH]        # topmost patch by default
     python -m scripts.series lint
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import hashlib
 import os
 import re
@@ -38,6 +41,8 @@ WORK = REPO / ".build"
 DEP3_REQUIRED = ("Description", "Author", "Last-Update")
 # Written by apply for the distribution version, never by a patch.
 GENERATED = ("_version.py",)
+# Editor and patch leftovers that refresh never folds into a patch.
+JUNK = ("*~", ".*.swp", ".*.swo", ".#*", "*.orig", "*.rej", "*.pyc")
 DEP3_ONE_OF = ("Origin", "Forwarded")
 
 
@@ -66,8 +71,10 @@ def read_series(series: Path = SERIES) -> list[str]:
 def _git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     # GIT_CEILING_DIRECTORIES keeps git from finding this repository above a
     # staging tree: `git apply` must treat the tree as a plain directory.
+    # The user's git configuration (signing, excludes, autocrlf) must not
+    # change what the tooling computes.
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(cwd).resolve().parent),
-               LC_ALL="C")
+               LC_ALL="C", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if check and proc.returncode != 0:
@@ -106,8 +113,9 @@ def apply_patch(patch: Path, root: Path) -> None:
         raise PatchDoesNotApply(
             f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
             f"git apply said:\n{proc.stderr.strip()}\n"
-            "Refresh the patch against the tree below it in patches/series "
-            "(python -m scripts.series refresh NAME), or fix its context lines."
+            "Its context lines no longer match the base plus the patches before it "
+            "in patches/series: fix them in the patch file (git apply --verbose "
+            "shows where it fails), then apply again."
         )
     _git(["apply", str(patch)], cwd=root)
 
@@ -162,6 +170,30 @@ def _stamp(out: Path) -> Path:
     return out.parent / f".{out.name}.applied"
 
 
+def tree_state(out: Path, base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+    """``absent``, ``unknown`` (no stamp: not made by apply), ``edited`` (changed
+    since it was applied or refreshed), ``stale`` (the series or the base
+    changed since) or ``current``."""
+    out = Path(out)
+    if not out.exists():
+        return "absent"
+    stamp = _stamp(out)
+    if not stamp.exists():
+        return "unknown"
+    recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
+    if tree_digest(out) != recorded_tree:
+        return "edited"
+    if recorded_inputs != f"{flavor} {inputs_digest(base, flavor, patches_dir)}":
+        return "stale"
+    return "current"
+
+
+def stamped_flavor(out: Path) -> str | None:
+    """The flavor ``out`` was applied with, from its stamp."""
+    stamp = _stamp(Path(out))
+    return stamp.read_text().split(" ", 1)[0] if stamp.exists() else None
+
+
 def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path = PATCHES,
                  base: Base | None = None, force: bool = False) -> Path:
     """Produce ``out`` (``vllm/`` by default): the base of ``flavor`` with the
@@ -171,13 +203,19 @@ def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Pa
     when every patch applied, so on any error ``out`` is left as it was. A
     stamp beside ``out`` records the inputs and the tree digest: when the
     inputs are unchanged nothing is done, and a tree edited since it was
-    applied is not overwritten (``SeriesError``: refresh the edits into a patch
-    first). ``force`` rebuilds in every case, discarding edits."""
+    applied, or not made by apply, is not overwritten (``SeriesError``:
+    refresh the edits into a patch first). ``force`` rebuilds in every case,
+    discarding edits."""
     base = base or load_base()
     out = Path(out).resolve()
     want = f"{flavor} {inputs_digest(base, flavor, patches_dir)}"
     stamp = _stamp(out)
-    if out.exists() and stamp.exists() and not force:
+    if out.exists() and not force:
+        if not stamp.exists():
+            raise SeriesError(
+                f"{out} exists but was not made by apply (no {stamp.name}); "
+                "replace it with apply --force, or move it away first."
+            )
         recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
         if recorded_inputs == want:
             return out
@@ -252,6 +290,8 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
     Origin/Forwarded. Empty when the series is clean."""
     problems = []
     names = read_series(patches_dir / "series")
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"{dup}: listed more than once in patches/series")
     for f in sorted(p.name for p in patches_dir.glob("*.patch")):
         if f not in names:
             problems.append(f"{f}: not listed in patches/series")
@@ -265,19 +305,30 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
             if f"diff --git a/vllm/{generated} " in patch.diff:
                 problems.append(f"{name}: changes vllm/{generated}, which apply writes; drop that hunk")
         fields = patch.fields()
+        # DEP-3 accepts git format-patch's Subject and From for Description and Author.
+        fields.setdefault("Description", fields.get("Subject", "").removeprefix("[PATCH] "))
+        fields.setdefault("Author", fields.get("From", ""))
         for key in DEP3_REQUIRED:
-            if key not in fields:
+            if not fields.get(key, "").strip():
                 problems.append(f"{name}: DEP-3 header lacks {key}")
+        if fields.get("Last-Update", "").strip() and not re.fullmatch(
+                r"\d{4}-\d{2}-\d{2}", fields["Last-Update"].strip()):
+            problems.append(f"{name}: Last-Update must be a date, YYYY-MM-DD")
         if not any(k in fields for k in DEP3_ONE_OF):
             problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
     return problems
 
 
+def _is_junk(path: Path) -> bool:
+    return "__pycache__" in path.parts or any(fnmatch.fnmatch(path.name, pat) for pat in JUNK)
+
+
 def _changed_files(a: Path, b: Path) -> list[str]:
-    """Relative paths that differ between two trees (added, removed or changed)."""
+    """Relative paths that differ between two trees (added, removed or
+    changed), editor and patch leftovers (``JUNK``) left out."""
     def files(root):
         return {str(p.relative_to(root)) for p in root.rglob("*")
-                if p.is_file() and "__pycache__" not in p.parts}
+                if p.is_file() and not _is_junk(p.relative_to(root))}
     fa, fb = files(a), files(b)
     changed = sorted((fa ^ fb) | {f for f in fa & fb if (a / f).read_bytes() != (b / f).read_bytes()})
     return changed
@@ -298,20 +349,25 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
         raise SeriesError(f"{name} is not in patches/series ({', '.join(names)})")
     k = names.index(name)
     tree = Path(tree).resolve()
+    if not tree.exists():
+        raise SeriesError(f"{tree} does not exist: run python -m scripts.series apply first")
     WORK.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=WORK, prefix="refresh-") as tmp:
         tmp = Path(tmp)
         full = build_tree(base, flavor, tmp / "full", patches_dir=patches_dir)
         edits = [f for f in _changed_files(full, tree) if f not in GENERATED]
         if not edits:
-            print(f"{name}: no edits in {tree} against the applied series", file=sys.stderr)
+            print(f"{name}: no edits in {tree} against the applied series; patch unchanged",
+                  file=sys.stderr)
+            return patches_dir / name
+        print(f"folding into {name}: " + ", ".join(f"vllm/{e}" for e in edits), file=sys.stderr)
         work = tmp / "work"
         build_tree(base, flavor, work, names[:k], patches_dir)
         (work / ".gitignore").write_text("*.so\n__pycache__/\n")
         _git(["init", "-q"], work)
         _git(["add", "-A"], work)
         _git(["-c", "user.name=refresh", "-c", "user.email=refresh@localhost",
-              "commit", "-q", "-m", "below"], work)
+              "-c", "commit.gpgsign=false", "commit", "-q", "-m", "below"], work)
         apply_patch(patches_dir / name, work)
         for rel in edits:
             ours, theirs, mine = work / "vllm" / rel, full / rel, tree / rel
@@ -323,8 +379,10 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
             else:  # a later patch changes this file too: carry over only the edit
                 proc = _git(["merge-file", "-p", str(ours), str(theirs), str(mine)], work, check=False)
                 if proc.returncode != 0:
+                    later = [n for n in names[k + 1:] if f"a/vllm/{rel} " in Patch.read(patches_dir / n).diff]
                     raise SeriesError(f"cannot fold the edit of vllm/{rel} into {name}: it "
-                                      "overlaps a later patch; edit and refresh that patch instead")
+                                      f"overlaps {', '.join(later) or 'a later patch'}; refresh "
+                                      "that patch instead")
                 ours.write_text(proc.stdout)
         _git(["add", "-A"], work)
         diff = _git(["diff", "--cached", "--binary", "--full-index", "HEAD"], work).stdout
@@ -366,6 +424,11 @@ def new(name: str, description: str, author: str, origin: str = "vendor",
     path = patches_dir / name
     if path.exists():
         raise SeriesError(f"{path} exists already")
+    taken = [n for n in read_series(patches_dir / "series") if n[:4] == name[:4]]
+    if taken:
+        raise SeriesError(f"number {name[:4]} is taken by {taken[0]}: use the next free number")
+    if not description.strip() or not author.strip():
+        raise SeriesError("--description and --author must not be empty (DEP-3 needs both)")
     desc = "\n".join(" " + (line or ".") for line in description.strip().splitlines()[1:])
     first = description.strip().splitlines()[0]
     path.write_text(
@@ -373,8 +436,9 @@ def new(name: str, description: str, author: str, origin: str = "vendor",
         + f"Author: {author}\nOrigin: {origin}\nForwarded: {forwarded}\n"
         f"Last-Update: {today or datetime.date.today().isoformat()}\n"
     )
-    with open(patches_dir / "series", "a") as f:
-        f.write(name + "\n")
+    series = patches_dir / "series"
+    text = series.read_text()
+    series.write_text(text + ("" if text.endswith("\n") or not text else "\n") + name + "\n")
     return path
 
 
@@ -387,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="overwrite edits not refreshed into a patch")
     p = sub.add_parser("refresh", help="fold edits in vllm/ into a patch (topmost by default)")
     p.add_argument("patch", nargs="?")
-    p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
+    p.add_argument("--flavor", default=None, help="default: the flavor vllm/ was applied with")
+    p = sub.add_parser("status", help="say whether vllm/ is base + series or holds edits (exit 1)")
+    p.add_argument("--flavor", default=None, help="default: the flavor vllm/ was applied with")
     p = sub.add_parser("new", help="start a new patch on top of the series")
     p.add_argument("patch")
     p.add_argument("--description", required=True, help="first line: summary; more lines: details")
@@ -398,14 +464,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "apply":
-            out = apply_series(args.flavor, args.out, force=args.force)
-            print(f"applied {len(read_series())} patches to vllm {load_base().version} "
-                  f"({args.flavor}) -> {out}")
+            base = load_base()
+            before = tree_state(args.out, base, args.flavor)
+            out = apply_series(args.flavor, args.out, base=base, force=args.force)
+            if before == "current" and not args.force:
+                print(f"{out} is up to date: vllm {base.version} ({args.flavor}) + "
+                      f"{len(read_series())} patches")
+            else:
+                print(f"applied {len(read_series())} patches to vllm {base.version} "
+                      f"({args.flavor}) -> {out}")
+        elif args.cmd == "status":
+            out = REPO / "vllm"
+            flavor = args.flavor or stamped_flavor(out) or "cpu"
+            state = tree_state(out, load_base(), flavor)
+            print(f"vllm/ ({flavor}): {state}")
+            return 1 if state in ("edited", "unknown") else 0
         elif args.cmd == "new":
             print(f"started {new(args.patch, args.description, args.author, args.origin, args.forwarded)};"
                   " edit vllm/, then: python -m scripts.series refresh")
         elif args.cmd == "refresh":
-            print(f"refreshed {refresh(args.patch, flavor=args.flavor)}")
+            flavor = args.flavor or stamped_flavor(REPO / "vllm") or "cpu"
+            print(f"refreshed {refresh(args.patch, flavor=flavor)}")
         elif args.cmd == "lint":
             problems = lint()
             if not problems:

@@ -190,7 +190,11 @@ def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
     (patches_dir / "0001-a.patch").write_text("Description: a\n---\ndiff --git a/vllm/_version.py b/vllm/_version.py\n")
     (patches_dir / "0002-b.patch").write_text(HEADER.format(desc="b") + "---\ndiff --git a/x b/x\n")
     (patches_dir / "series").write_text("0001-a.patch\n0003-gone.patch\n")
+    (patches_dir / "0004-c.patch").write_text(HEADER.format(desc="c").replace("2026-01-01", "yesterday"))
+    (patches_dir / "series").write_text("0001-a.patch\n0003-gone.patch\n0004-c.patch\n0004-c.patch\n")
     problems = lint(patches_dir)
+    assert "0004-c.patch: listed more than once in patches/series" in problems
+    assert "0004-c.patch: Last-Update must be a date, YYYY-MM-DD" in problems
     assert "0001-a.patch: DEP-3 header lacks Author" in problems
     assert "0001-a.patch: DEP-3 header lacks Last-Update" in problems
     assert "0001-a.patch: DEP-3 header needs Origin or Forwarded" in problems
@@ -216,3 +220,45 @@ def test_real_series_applies_strictly_and_reproduces_vllm_tree(tmp_path, flavor)
     assert base.dist_version in (tree / "_version.py").read_text()
     if flavor == "cpu":
         assert tree_digest(tree) == tree_digest(REPO / "vllm")
+
+
+def test_apply_refuses_a_tree_it_did_not_make(tmp_path, fake_base, patches_dir):
+    base, _ = fake_base
+    out = tmp_path / "vllm"
+    out.mkdir()
+    (out / "mine.py").write_text("precious = True\n")
+    with pytest.raises(SeriesError, match="not made by apply"):
+        apply_series("cpu", out, patches_dir, base)
+    assert (out / "mine.py").read_text() == "precious = True\n"
+
+
+def test_refresh_leaves_editor_leftovers_out(tmp_path, fake_base, patches_dir, repo_work):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    (out / "runner.py~").write_text("backup\n")
+    (out / ".runner.py.swp").write_text("swap\n")
+    (out / "runner.py").write_text((out / "runner.py").read_text() + "EXTRA = 1\n")
+    refresh(None, out, "cpu", patches_dir, base)
+    diff = Patch.read(patches_dir / "0002-runner.patch").diff
+    assert "+EXTRA = 1" in diff and "runner.py~" not in diff and ".swp" not in diff
+
+
+def test_refresh_without_edits_leaves_the_patch_alone(tmp_path, fake_base, patches_dir, repo_work):
+    base, _ = fake_base
+    two_patches(patches_dir)
+    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
+    before = (patches_dir / "0002-runner.patch").read_text()
+    refresh(None, out, "cpu", patches_dir, base, today="2099-01-01")
+    assert (patches_dir / "0002-runner.patch").read_text() == before
+
+
+def test_new_refuses_taken_numbers_and_empty_fields(patches_dir):
+    (patches_dir / "series").write_text("0001-a.patch")  # no trailing newline
+    (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a"))
+    with pytest.raises(SeriesError, match="number 0001 is taken by 0001-a.patch"):
+        new("0001-other.patch", "x", "y", patches_dir=patches_dir)
+    with pytest.raises(SeriesError, match="must not be empty"):
+        new("0002-b.patch", "  ", "y", patches_dir=patches_dir)
+    new("0002-b.patch", "B", "Dev <d@example>", patches_dir=patches_dir)
+    assert read_series(patches_dir / "series") == ["0001-a.patch", "0002-b.patch"]

@@ -258,19 +258,36 @@ def runner_host(runner):
     return host
 
 
+def step_end(finished=(), preempted=(), unscheduled=None):
+    """The SchedulerOutput fields finish_requests reads."""
+    return SimpleNamespace(finished_req_ids=set(finished), preempted_req_ids=set(preempted),
+                           finished_unscheduled_late_interaction_docs=unscheduled)
+
+
+def test_documents_aborted_before_they_ran_release_their_use():
+    """Patch 0006: the scheduler names documents the worker never saw."""
+    runner, li = li_runner(uses=3)
+    host = runner_host(runner)
+    GPUModelRunner.finish_requests(host, step_end(finished={"unseen"}))
+    assert li._query_uses == {"q": 3}  # an unknown id alone cannot be mapped
+    GPUModelRunner.finish_requests(host, step_end(finished={"unseen", "unseen-2"},
+                                                  unscheduled={"unseen": "q", "unseen-2": "q"}))
+    assert li._query_uses == {"q": 1} and li._doc_query_keys == {}
+
+
 def test_preempted_document_keeps_its_reservation_until_it_finishes():
     runner, li = li_runner(uses=2)
     host = runner_host(runner)
     runner.add_request("d1", 1, doc_params(), [1, 2, 3])
     runner.add_request("d2", 2, doc_params(), [1, 2])
     # d1 is preempted: removed from the runner's slots, not finished.
-    GPUModelRunner.finish_requests(host, SimpleNamespace(finished_req_ids=set(), preempted_req_ids={"d1"}))
+    GPUModelRunner.finish_requests(host, step_end(preempted={"d1"}))
     runner.remove_request(1)
     assert host.removed == ["d1"]
     assert li._query_uses == {"q": 2} and li._doc_query_keys["d1"] == "q"
     # d2 finishes normally; d1 is rescheduled (new slot) and finishes.
     assert score_doc(runner, "d2", 2, torch.tensor([[1.0, 0.0]])) == pytest.approx(1.0)
-    GPUModelRunner.finish_requests(host, SimpleNamespace(finished_req_ids={"d2"}, preempted_req_ids=set()))
+    GPUModelRunner.finish_requests(host, step_end(finished={"d2"}))
     assert li._query_uses == {"q": 1}
     assert score_doc(runner, "d1", 5, torch.tensor([[0.0, 1.0]])) == pytest.approx(1.0)
     assert li._query_cache == {} and li._query_uses == {}
