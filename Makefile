@@ -44,8 +44,8 @@ $(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/ba
 	@echo "== environment: $(VENV) (torch 2.11.0 and vLLM's requirements, ~6 GB, a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	mkdir -p .build
+	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt torch==2.11.0 packaging
 	$(PY) -m scripts.base requirements --flavor $(FLAVOR) > .build/requirements-base.txt
-	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt torch==2.11.0
 	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt \
 		-r .build/requirements-base.txt -r requirements/dev.txt
 	touch $@

@@ -109,11 +109,18 @@ def select_runner(runner: str) -> None:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
 
 
+def engine_env() -> None:
+    """Environment for engines opened here: models from local files only, and
+    callables allowed in ``collective_rpc`` (``runner_in_use`` and the
+    late-interaction probes run in the worker)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+
+
 def open_llm(model: str, runner: str = "default", **kwargs):
     """An offline ``vllm.LLM`` for a pooling model on the CPU, fp32, with the
     model runner chosen by ``runner``. ``kwargs`` go to ``LLM``."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # runner_in_use's RPC
+    engine_env()
     from vllm import LLM
 
     options = dict(runner="pooling", dtype="float32", gpu_memory_utilization=GPU_MEMORY_UTILIZATION,
