@@ -24,7 +24,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke bench test test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke bench matrix test test-tooling test-e2e clean
 
 all: smoke
 
@@ -32,6 +32,7 @@ help:
 	@echo "make              set up everything, run the smoke job (STS-B through the engine)"
 	@echo "make test         tooling, wheel and CPU end-to-end tests (PYTEST_ARGS=... to select)"
 	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
+	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make bench        MRV2 vs V1 throughput, side by side in one run (reports/bench.json)"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
@@ -84,6 +85,11 @@ smoke: install apply
 
 bench: install apply
 	$(PY) -m scripts.bench
+
+# The whole validation matrix; MATRIX_ROWS=id,id (python -m scripts.matrix --list) for a subset.
+MATRIX_ROWS ?=
+matrix: install apply
+	$(PY) -m scripts.matrix $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
 
 test: install apply
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -10,16 +10,11 @@ import pytest
 
 from scripts.engine import (count_late_interaction_requests, hf_forward, l2_normalize,
                             late_interaction_counts, late_interaction_state)
+from scripts.matrix import maxsim
 from scripts.models import colbert_reference, make_tiny_colbert, minilm_path
 from tests.e2e.test_pooling_mrv2 import drain, on_runner
 
 TOL = 1e-4  # DESIGN.md (upstream's bar for ColBERT was 1e-2)
-
-
-def maxsim(q: np.ndarray, d: np.ndarray) -> float:
-    """ColBERT's MaxSim: for each query token its best dot product over the
-    document's tokens, summed."""
-    return float((q @ d.T).max(axis=1).sum())
 
 
 @pytest.fixture(scope="module")

@@ -20,15 +20,11 @@ from scripts.base import REPO
 from scripts.engine import (close_llm, embed, hf_forward, hf_last_token_embed, hf_mean_embed,
                             l2_normalize, open_llm, rowwise_cosine, runner_in_use, st_embed,
                             sts_spearman)
+from scripts.matrix import softmax
 from scripts.models import make_tiny_bert, make_tiny_qwen3, minilm_path
 
 TOL = 1e-4
 MIN_COSINE = 0.99999
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
