@@ -119,3 +119,45 @@ def test_without_triton_pooling_models_fall_back_to_v1(monkeypatch, triton):
     triton(False)
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     assert stand_in(model("BertModel", "pooling")).use_v2_model_runner is False
+
+
+# --- encoder-only models need whole prompts (patch 0002) ---------------------------------
+
+
+def full_stand_in(chunked: bool, prefix_caching: bool):
+    """A stand-in with every field _get_v2_model_runner_unsupported_features reads."""
+    mc = model("BertModel", "pooling")
+    mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
+    mc.logits_processors, mc.enable_prompt_embeds = None, False
+    config = stand_in(mc)
+    config._get_v2_model_runner_unsupported_features = (
+        VllmConfig._get_v2_model_runner_unsupported_features.__get__(config))
+    config._validate_v2_model_runner = VllmConfig._validate_v2_model_runner.__get__(config)
+    config.scheduler_config = SimpleNamespace(enable_chunked_prefill=chunked)
+    config.cache_config = SimpleNamespace(enable_prefix_caching=prefix_caching, kv_sharing_fast_prefill=False)
+    config.compilation_config = SimpleNamespace(mode=None, pass_config=SimpleNamespace(enable_sp=False))
+    config.parallel_config = SimpleNamespace(
+        prefill_context_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1,
+        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False)
+    config.ec_transfer_config = config.reasoning_config = None
+    return config
+
+
+@pytest.mark.parametrize(("chunked", "prefix_caching"), [(True, False), (False, True)])
+def test_encoder_only_with_chunking_is_not_run_on_mrv2(monkeypatch, triton, chunked, prefix_caching):
+    triton(True)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    config = full_stand_in(chunked, prefix_caching)
+    assert config._get_v2_model_runner_unsupported_features() == [
+        "chunked prefill or prefix caching for encoder-only models"]
+    assert config.use_v2_model_runner is False  # default: V1, with upstream's warning
+    with pytest.raises(ValueError, match="chunked prefill or prefix caching for encoder-only models"):
+        config._validate_v2_model_runner()  # what VLLM_USE_V2_MODEL_RUNNER=1 runs into
+
+
+def test_encoder_only_unchunked_is_run_on_mrv2(monkeypatch, triton):
+    triton(True)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    config = full_stand_in(False, False)
+    assert config._get_v2_model_runner_unsupported_features() == []
+    assert config.use_v2_model_runner is True
