@@ -5,7 +5,10 @@ benchmarks.
 ``open_llm(model, runner)`` picks the model runner through upstream's
 ``VLLM_USE_V2_MODEL_RUNNER`` (``"v2"`` sets 1, ``"v1"`` sets 0, ``"default"``
 unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
-built, which is how every MRV2 check here proves that MRV2 actually ran.
+built, which is how every MRV2 check here proves that MRV2 actually ran;
+``input_preparation(llm)`` tells how that MRV2 runner prepares its inputs
+(torch-native on a CPU without Triton, patch 0008; Triton kernels, compiled or
+under ``TRITON_INTERPRET=1``, otherwise).
 """
 
 from __future__ import annotations
@@ -79,20 +82,61 @@ def runner_in_use(llm) -> str:
 
 def use_triton_interpreter_if_needed() -> bool:
     """Set ``TRITON_INTERPRET=1`` when Triton has no backend for this machine
-    (no CUDA device, no triton-cpu), so MRV2 can run under Triton's interpreter
-    (patch 0001). Call it before vLLM is imported: vLLM decides ``HAS_TRITON``
-    at import. Returns whether the interpreter is in use; an explicit
-    ``TRITON_INTERPRET`` in the environment is left as it is."""
-    if "TRITON_INTERPRET" not in os.environ:
-        import torch
-
-        try:
-            from triton.backends import backends
-        except ImportError:
-            backends = {}
-        if not torch.cuda.is_available() and "cpu" not in backends:
-            os.environ["TRITON_INTERPRET"] = "1"
+    (no CUDA device, no triton-cpu), so MRV2 runs its Triton kernels under
+    Triton's interpreter (patch 0001) instead of the native path (patch 0008).
+    Call it before vLLM is imported: vLLM decides ``HAS_TRITON`` at import.
+    Returns whether the interpreter is in use; an explicit ``TRITON_INTERPRET``
+    in the environment is left as it is."""
+    if "TRITON_INTERPRET" not in os.environ and expected_input_preparation() == "native":
+        os.environ["TRITON_INTERPRET"] = "1"
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def input_preparation_kind(worker) -> str:
+    """Runs in the worker: how its MRV2 runner prepares step inputs —
+    ``"native"`` (patch 0008's torch kernels, no usable Triton),
+    ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
+    ``"triton"`` (compiled Triton kernels)."""
+    from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
+    from vllm.v1.worker.gpu import native_kernels
+
+    if native_kernels.USE_NATIVE_INPUT_PREP:
+        return "native"
+    return "triton-interpreter" if TRITON_VIA_INTERPRETER else "triton"
+
+
+def input_preparation(llm) -> str:
+    """``input_preparation_kind`` of the engine's worker (meaningful for MRV2)."""
+    (kind,) = set(llm.collective_rpc(input_preparation_kind))
+    return kind
+
+
+def expected_input_preparation() -> str:
+    """What MRV2 engines opened from this process will use on this machine:
+    ``"triton-interpreter"`` when ``TRITON_INTERPRET=1`` is set, ``"triton"``
+    with a CUDA device or triton-cpu, else ``"native"``."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "triton-interpreter"
+    import torch
+
+    try:
+        from triton.backends import backends
+    except ImportError:
+        backends = {}
+    return "triton" if torch.cuda.is_available() or "cpu" in backends else "native"
+
+
+def assert_runner(llm, want: str) -> None:
+    """Raise ``AssertionError`` unless the engine's worker runs ``want``
+    (``"MRV2"`` or ``"V1"``) and, for MRV2, prepares inputs the way this
+    machine should (``expected_input_preparation``)."""
+    used = runner_in_use(llm)
+    if used != want:
+        raise AssertionError(f"{want} expected, {used} ran")
+    if used == "MRV2":
+        kind, expected = input_preparation(llm), expected_input_preparation()
+        if kind != expected:
+            raise AssertionError(f"MRV2 prepared inputs with {kind}, {expected} expected")
 
 
 def select_runner(runner: str) -> None:

@@ -32,9 +32,9 @@ from typing import Callable
 import numpy as np
 
 from scripts.base import REPO
-from scripts.engine import (close_llm, embed, engine_env, hf_forward, hf_last_token_embed, l2_normalize, open_llm,
-                            rowwise_cosine, runner_in_use, select_runner, st_embed,
-                            use_triton_interpreter_if_needed)
+from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
+                            hf_forward, hf_last_token_embed, l2_normalize, open_llm, rowwise_cosine,
+                            select_runner, st_embed)
 from scripts.models import (colbert_reference, make_tiny_bert, make_tiny_colbert, make_tiny_qwen3,
                             minilm_path, sts_test)
 
@@ -91,9 +91,7 @@ def on_engine(model, runner: str, fn, **kwargs):
     want = {"default": "MRV2", "v1": "V1"}[runner]
     llm = open_llm(model, runner=runner, **kwargs)
     try:
-        used = runner_in_use(llm)
-        if used != want:
-            raise AssertionError(f"{want} expected ({runner}), {used} ran")
+        assert_runner(llm, want)
         return fn(llm)
     finally:
         close_llm(llm)
@@ -174,9 +172,7 @@ def mteb_sts(runner: str) -> float:
         os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = spawn
     try:
         want = {"default": "MRV2", "v1": "V1"}[runner]
-        used = runner_in_use(wrapper.llm)
-        if used != want:
-            raise AssertionError(f"{want} expected ({runner}), {used} ran")
+        assert_runner(wrapper.llm, want)
         score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
                               show_progress_bar=False).task_results[0].get_score()
     finally:
@@ -295,7 +291,7 @@ def main(argv=None) -> int:
         print(f"error: unknown rows {unknown}; see --list", file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    use_triton_interpreter_if_needed()
+    print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
     rows = []
     for i, row_id in enumerate(wanted, 1):
         print(f"[{i}/{len(wanted)}] {row_id}", flush=True)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from scripts.base import REPO
-from scripts.engine import (close_llm, embed, hf_forward, hf_last_token_embed, hf_mean_embed,
-                            l2_normalize, open_llm, rowwise_cosine, runner_in_use, st_embed,
-                            sts_spearman)
+from scripts.engine import (assert_runner, close_llm, embed, hf_forward, hf_last_token_embed,
+                            hf_mean_embed, l2_normalize, open_llm, rowwise_cosine,
+                            st_embed, sts_spearman)
 from scripts.matrix import softmax
 from scripts.models import make_tiny_bert, make_tiny_qwen3, minilm_path
 
@@ -43,7 +43,7 @@ def on_runner(model, runner, fn, **kwargs):
     check the runner that really ran, apply fn."""
     llm = open_llm(model, runner=runner, **kwargs)
     try:
-        assert runner_in_use(llm) == {"v2": "MRV2", "default": "MRV2", "v1": "V1"}[runner]
+        assert_runner(llm, {"v2": "MRV2", "default": "MRV2", "v1": "V1"}[runner])
         if runner != "v1":
             assert llm.llm_engine.vllm_config.use_v2_model_runner
         return fn(llm)

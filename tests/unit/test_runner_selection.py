@@ -25,6 +25,7 @@ class ConfigStandIn(SimpleNamespace):
 
     _is_default_v2_model_runner_model = VllmConfig._is_default_v2_model_runner_model
     use_v2_model_runner = VllmConfig.use_v2_model_runner
+    _v2_model_runner_runs_without_triton = VllmConfig._v2_model_runner_runs_without_triton
 
     def _dflash_needs_multi_kv_group(self):
         return False
@@ -115,10 +116,45 @@ def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
     assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
 
 
-def test_without_triton_pooling_models_fall_back_to_v1(monkeypatch, triton):
+# --- without Triton (patch 0008) ---------------------------------------------------------
+
+
+def test_without_triton_pooling_models_run_mrv2_natively(monkeypatch, triton):
+    """Patch 0008: MRV2's input preparation has torch-native kernels, so a
+    pooling model keeps MRV2 where Triton has no backend (the base fell back
+    to V1 here)."""
     triton(False)
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    assert stand_in(model("BertModel", "pooling")).use_v2_model_runner is False
+    for arch in ("BertModel", "Qwen3ForCausalLM", "HF_ColBERT"):
+        assert stand_in(model(arch, "pooling")).use_v2_model_runner is True
+
+
+def test_without_triton_generation_models_fall_back_to_v1(monkeypatch, triton):
+    """Generation keeps the base behaviour: V1, with upstream's warning."""
+    triton(False)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
+        config = stand_in(model(arch, "generate"))
+        assert config._is_default_v2_model_runner_model() is True
+        assert config.use_v2_model_runner is False
+    assert stand_in(model("LlamaForCausalLM", "draft")).use_v2_model_runner is False
+
+
+@pytest.mark.parametrize(("runner_type", "raises"), [("pooling", False), ("generate", True)])
+def test_forcing_mrv2_without_triton(monkeypatch, triton, runner_type, raises):
+    """VLLM_USE_V2_MODEL_RUNNER=1 without Triton: a start-up error that names
+    the way out for generation models; pooling models are served."""
+    triton(False)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    config = full_stand_in(False, False)
+    config.model_config.runner_type = runner_type
+    if raises:
+        with pytest.raises(ValueError, match="requires Triton for generation models.*"
+                                             "VLLM_USE_V2_MODEL_RUNNER=0"):
+            config._validate_v2_model_runner()
+    else:
+        config._validate_v2_model_runner()
+        assert config.use_v2_model_runner is True
 
 
 # --- encoder-only models need whole prompts (patch 0002) ---------------------------------

@@ -1,0 +1,235 @@
+"""Patch 0008: MRV2's torch-native input preparation computes what its Triton
+kernels compute, element for element.
+
+Two copies of MRV2's per-request state (``RequestState``, ``BlockTables``, the
+input buffers) go through the same random steps: requests added with mixed
+prompt lengths (some resumed past their prompt), removed, given new blocks,
+scheduled in chunks and in random batch order, decode entries with draft
+tokens. One copy runs the Triton kernels, the other the native functions
+(``native_kernels.USE_NATIVE_INPUT_PREP`` switched on around its calls, so the
+wrappers' dispatch is what is tested). After every step every buffer is
+compared with ``torch.equal``.
+
+The Triton side needs Triton: on a CPU that is its interpreter, which vLLM
+only takes into account at import (``HAS_TRITON``). So when this process runs
+without ``TRITON_INTERPRET=1``, the one test defined here runs this module in
+a fresh interpreter process with it and checks that every case passed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+# (name, KV-cache block sizes, kernel block sizes, context parallelism, draft tokens)
+LAYOUTS = [
+    ("one-group", [16], [16], (1, 0, 1), 0),
+    ("two-groups", [16, 32], [16, 16], (1, 0, 1), 2),
+    ("context-parallel", [16], [16], (2, 1, 4), 1),
+]
+SEEDS = [0, 1, 2]
+MAX_REQS, MAX_LEN, MAX_TOKENS, STEPS = 48, 384, 1024, 8
+
+
+if not INTERPRETED:
+
+    def test_native_kernels_match_triton_under_the_interpreter():
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
+             "-o", "addopts=--strict-markers", "-W", "ignore::DeprecationWarning"],
+            env=env, capture_output=True, text=True, timeout=1800)
+        tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+        assert proc.returncode == 0, tail
+        # pytest's summary line, e.g. "10 passed in 41.12s": nothing skipped or failed.
+        summary = re.findall(r"^=*\s*(\d+ passed[^\n]*?) in [\d.]+s", proc.stdout, re.M)
+        expected = len(LAYOUTS) * len(SEEDS) + 1
+        assert summary == [f"{expected} passed"], tail
+
+else:
+    import torch
+
+    # The CPU worker's set-up (pinned memory and UVA buffers as plain host
+    # tensors, host-to-device copies as host tensors), as MRV2 runs on the CPU.
+    import vllm.v1.worker.cpu.shm  # noqa: F401
+    from vllm.triton_utils import HAS_TRITON
+    from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
+    from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+    from vllm.v1.worker.gpu import native_kernels
+    from vllm.v1.worker.gpu.block_table import BlockTables
+    from vllm.v1.worker.gpu.input_batch import (
+        combine_sampled_and_draft_tokens,
+        post_update_num_computed_tokens,
+        prepare_pos_seq_lens,
+        prepare_prefill_inputs,
+    )
+    from vllm.v1.worker.gpu.states import RequestState
+
+    DEVICE = torch.device("cpu")
+
+    def test_triton_side_runs_under_the_interpreter():
+        assert HAS_TRITON and TRITON_VIA_INTERPRETER
+        assert native_kernels.USE_NATIVE_INPUT_PREP is False
+
+    class Side:
+        """One copy of the state MRV2 prepares a step's inputs from."""
+
+        def __init__(self, native: bool, block_sizes, kernel_block_sizes, cp, drafts):
+            self.native = native
+            self.rs = RequestState(MAX_REQS, MAX_LEN, MAX_TOKENS, drafts, 1000, DEVICE)
+            cp_size, cp_rank, cp_interleave = cp
+            blocks = [-(-MAX_LEN // (bs * cp_size)) for bs in block_sizes]
+            self.bt = BlockTables(block_sizes, MAX_REQS, MAX_TOKENS, blocks, DEVICE,
+                                  kernel_block_sizes, cp_size, cp_rank, cp_interleave)
+            self.input_ids = torch.zeros(MAX_TOKENS, dtype=torch.int32)
+            self.positions = torch.zeros(MAX_TOKENS, dtype=torch.int64)
+            self.seq_lens = torch.zeros(MAX_REQS, dtype=torch.int32)
+            self.logits_indices = None
+
+        def run(self, fn, *args, **kwargs):
+            saved = native_kernels.USE_NATIVE_INPUT_PREP
+            native_kernels.USE_NATIVE_INPUT_PREP = self.native
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                native_kernels.USE_NATIVE_INPUT_PREP = saved
+
+        def apply_staged_writes(self):
+            self.run(self.rs.apply_staged_writes)
+            self.run(self.bt.apply_staged_writes)
+
+        def step(self, idx_mapping, query_start_loc, cu_num_logits, num_logits, pad):
+            rs, n = self.rs, idx_mapping.shape[0]
+            self.run(prepare_prefill_inputs, self.input_ids, rs.next_prefill_tokens,
+                     idx_mapping, query_start_loc, rs.all_token_ids.gpu,
+                     rs.prefill_len.gpu, rs.num_computed_tokens.gpu)
+            self.run(prepare_pos_seq_lens, idx_mapping, query_start_loc,
+                     rs.num_computed_tokens.gpu, self.positions, self.seq_lens)
+            self.logits_indices = self.run(
+                combine_sampled_and_draft_tokens, self.input_ids, idx_mapping,
+                rs.last_sampled_tokens, query_start_loc, self.seq_lens[: n + pad],
+                rs.prefill_len.gpu, rs.draft_tokens, cu_num_logits, num_logits)
+            self.run(self.bt.gather_block_tables, idx_mapping, num_reqs_padded=n + pad)
+            num_tokens = int(query_start_loc[n])
+            self.run(self.bt.compute_slot_mappings, idx_mapping, query_start_loc,
+                     self.positions, num_tokens_padded=num_tokens)
+            self.run(post_update_num_computed_tokens, idx_mapping,
+                     rs.num_computed_tokens.gpu, query_start_loc)
+
+        def buffers(self) -> dict:
+            rs, bt = self.rs, self.bt
+            out = {
+                "input_ids": self.input_ids, "positions": self.positions,
+                "seq_lens": self.seq_lens, "next_prefill_tokens": rs.next_prefill_tokens,
+                "num_computed_tokens": rs.num_computed_tokens.gpu,
+                "all_token_ids": rs.all_token_ids.gpu, "total_len": rs.total_len.gpu,
+                "slot_mappings": bt.slot_mappings, "logits_indices": self.logits_indices,
+            }
+            for g in range(bt.num_kv_cache_groups):
+                out[f"block_table[{g}]"] = bt.block_tables[g].gpu
+                out[f"input_block_table[{g}]"] = bt.input_block_tables[g]
+            return out
+
+    @pytest.mark.parametrize("seed", SEEDS)
+    @pytest.mark.parametrize("layout", LAYOUTS, ids=[layout[0] for layout in LAYOUTS])
+    def test_native_input_preparation_equals_triton(layout, seed):
+        _, block_sizes, kernel_block_sizes, cp, drafts = layout
+        rng = np.random.default_rng(seed)
+        triton_side = Side(False, block_sizes, kernel_block_sizes, cp, drafts)
+        native_side = Side(True, block_sizes, kernel_block_sizes, cp, drafts)
+        sides = (triton_side, native_side)
+        prefill = {}  # req_id -> prefill length
+        next_id = 0
+        steps_with_decode = 0
+        for step in range(STEPS):
+            # Remove some requests, add new ones (mixed lengths, some resumed
+            # with output tokens already in their prefill).
+            active = sorted(prefill)
+            for req_id in active:
+                if rng.random() < 0.2:
+                    for s in sides:
+                        s.rs.remove_request(req_id)
+                    del prefill[req_id]
+            free = MAX_REQS - len(prefill)
+            for _ in range(int(rng.integers(0, min(free, 20) + 1))):
+                req_id = f"r{next_id}"
+                next_id += 1
+                length = int(rng.choice([1, 2, 7, 64, 200, int(rng.integers(1, MAX_LEN - 40))]))
+                prompt_len = max(1, length - int(rng.integers(0, 3)))
+                tokens = rng.integers(0, 1000, length).tolist()
+                computed = int(rng.integers(0, length)) if rng.random() < 0.2 else 0
+                for s in sides:
+                    s.rs.add_request(req_id, prompt_len, tokens, computed, max_tokens=32)
+                prefill[req_id] = length
+            # Block ids: a fresh table for new requests, more blocks for some
+            # others (within the table's width, as the KV-cache manager does).
+            bt = triton_side.bt
+            for req_id in prefill:
+                slot = triton_side.rs.req_id_to_index[req_id]
+                fresh = bool(bt.num_blocks.np[0, slot] == 0)
+                if not fresh and rng.random() > 0.3:
+                    continue
+                ids = []
+                for g in range(len(block_sizes)):
+                    room = (bt.block_tables[g].gpu.shape[1] - bt.num_blocks.np[g, slot]) \
+                        // bt.blocks_per_kv_block[g]
+                    count = int(rng.integers(1, room // 2 + 1)) if room > 1 else 0
+                    ids.append(rng.integers(1, 4000, count).tolist())
+                for s in sides:
+                    s.bt.append_block_ids(slot, tuple(ids), overwrite=fresh)
+            for s in sides:
+                s.apply_staged_writes()
+            # Random draft and last sampled tokens, identical on both sides.
+            last = torch.from_numpy(rng.integers(0, 1000, (MAX_REQS, 1)))
+            draft = torch.from_numpy(rng.integers(0, 1000, (MAX_REQS, drafts)))
+            for s in sides:
+                s.rs.last_sampled_tokens.copy_(last)
+                s.rs.draft_tokens.copy_(draft)
+            # Schedule a random subset in random order: prefill chunks, or one
+            # token plus drafts for requests past their prefill.
+            nc = triton_side.rs.num_computed_tokens.gpu.numpy()
+            order = [r for r in prefill if rng.random() < 0.8]
+            rng.shuffle(order)
+            idx, lens, logits = [], [], []
+            budget = MAX_TOKENS - 8
+            for req_id in order:
+                slot = triton_side.rs.req_id_to_index[req_id]
+                left = prefill[req_id] - int(nc[slot])
+                if left > 0:
+                    q = int(rng.integers(1, left + 1)) if rng.random() < 0.5 else left
+                    n_logits = 1
+                else:
+                    n_logits = 1 + int(rng.integers(0, drafts + 1))
+                    q = n_logits
+                if int(nc[slot]) + q > MAX_LEN - 1 or q > budget:
+                    continue
+                budget -= q
+                idx.append(slot)
+                lens.append(q)
+                logits.append(n_logits)
+                steps_with_decode += left <= 0
+            idx_mapping = torch.tensor(idx, dtype=torch.int32)
+            query_start_loc = torch.zeros(MAX_REQS + 1, dtype=torch.int32)
+            query_start_loc[1 : len(lens) + 1] = torch.tensor(np.cumsum(lens), dtype=torch.int32)
+            query_start_loc[len(lens) + 1 :] = int(sum(lens))
+            cu_num_logits = torch.tensor([0, *np.cumsum(logits)], dtype=torch.int32)
+            pad = int(rng.integers(0, 4))
+            for s in sides:
+                s.step(idx_mapping, query_start_loc, cu_num_logits, int(sum(logits)), pad)
+            expected, actual = triton_side.buffers(), native_side.buffers()
+            for name, value in expected.items():
+                if not torch.equal(value, actual[name]):
+                    where = torch.nonzero(value != actual[name]).flatten()[:10].tolist()
+                    raise AssertionError(
+                        f"step {step}: {name} differs at {where}: triton "
+                        f"{value.flatten()[where].tolist()}, native {actual[name].flatten()[where].tolist()}")
+        assert next_id > 20
+        if drafts:
+            assert steps_with_decode > 0
