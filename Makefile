@@ -24,7 +24,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke bench matrix test test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke bench matrix drift test test-tooling test-e2e clean
 
 all: smoke
 
@@ -35,6 +35,8 @@ help:
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make bench        MRV2 vs V1 throughput, side by side in one run (reports/bench.json)"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
+	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
@@ -90,6 +92,14 @@ bench: install apply
 MATRIX_ROWS ?=
 matrix: install apply
 	$(PY) -m scripts.matrix $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
+
+# The series against newer upstream: every release after the base (wheels fetched
+# through pip, cached), or UPSTREAM=path (an upstream checkout; RELEASES=all adds
+# the releases). Exit status 1 only when a patch conflicts.
+UPSTREAM ?=
+RELEASES ?=
+drift: env
+	$(PY) -m scripts.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
 
 test: install apply
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -287,7 +287,8 @@ class Patch:
 def lint(patches_dir: Path = PATCHES) -> list[str]:
     """Problems of the series without applying it: unlisted or missing patch
     files, DEP-3 headers without Description, Author, Last-Update and one of
-    Origin/Forwarded. Empty when the series is clean."""
+    Origin/Forwarded, an Applied-Upstream field that does not start with a
+    release version. Empty when the series is clean."""
     problems = []
     names = read_series(patches_dir / "series")
     for dup in sorted({n for n in names if names.count(n) > 1}):
@@ -316,6 +317,16 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
             problems.append(f"{name}: Last-Update must be a date, YYYY-MM-DD")
         if not any(k in fields for k in DEP3_ONE_OF):
             problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
+        if "Applied-Upstream" in fields:
+            # scripts/drift.py compares it with upstream releases (PEP 440 order)
+            from packaging.version import InvalidVersion, Version
+
+            first = re.split(r"[,\s]", fields["Applied-Upstream"].strip(), maxsplit=1)[0].removeprefix("v")
+            try:
+                Version(first)
+            except InvalidVersion:
+                problems.append(f"{name}: Applied-Upstream must start with the upstream release "
+                                "that carries the change, e.g. 'Applied-Upstream: 0.29.0, <how found>'")
     return problems
 
 

@@ -1,0 +1,376 @@
+"""make drift (scripts/drift.py): each status on small synthetic trees, the
+cumulative skip, the exit status rule, the JSON and JUnit reports, fetching
+releases through pip; and the real releases after the base (slow: about
+1.1 GB of wheels on first use, cached)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+import scripts.drift as drift
+from scripts.drift import (DriftError, Result, TargetReport, drift_target, enclosing, exit_status,
+                           fetch_release, parse_diff, release_sources, table, to_json, to_junit,
+                           tree_version)
+from scripts.series import Patch, lint
+from tests.conftest import FAKE_FILES, make_wheel
+from tests.tooling.test_series import add_patch, file_diff
+
+RUN = FAKE_FILES["vllm/runner.py"]
+CFG = FAKE_FILES["vllm/config.py"]
+RUN_500 = RUN.replace("    return 5\n", "    return 500\n")
+
+
+def tree(root: Path, files: dict[str, str | None]) -> Path:
+    """An upstream-shaped tree at ``root``: the fake base's files, with
+    ``files`` replacing them (None: the file is gone)."""
+    for rel, text in {**FAKE_FILES, **files}.items():
+        if text is not None:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    return root
+
+
+def statuses(results: list[Result]) -> list[str]:
+    return [r.status for r in results]
+
+
+@pytest.fixture
+def runner_patch(patches_dir):
+    """0001 changes step_5 of runner.py (return 5 -> 500)."""
+    add_patch(patches_dir, "0001-runner.patch", file_diff("vllm/runner.py", RUN, RUN_500))
+    return patches_dir
+
+
+def run_drift(tmp_path, fake_base, patches_dir, files, version="1.1.0"):
+    base, _ = fake_base
+    target = tree(tmp_path / "target", files)
+    return drift_target(target, Version(version) if version else None, patches_dir=patches_dir, base=base)
+
+
+# --- one status each ----------------------------------------------------------------------
+
+
+def test_applies_on_an_unchanged_tree(tmp_path, fake_base, runner_patch):
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {})
+    assert (r.patch, r.status) == ("0001-runner.patch", "applies")
+
+
+def test_conflicts_name_file_and_hunk(tmp_path, fake_base, runner_patch):
+    changed = RUN.replace("def step_5():\n", "def step_5():\n    log('step 5')\n")
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {"vllm/runner.py": changed})
+    assert r.status == "conflicts"
+    assert "vllm/runner.py" in r.reason
+    assert r.hunks == ["vllm/runner.py: hunk @@ -14,7 +14,7 @@"]
+
+
+def test_upstream_when_the_change_reverse_applies(tmp_path, fake_base, runner_patch):
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {"vllm/runner.py": RUN_500})
+    assert r.status == "upstream" and "reverse-applies" in r.reason
+
+
+def test_upstream_by_applied_upstream_header(tmp_path, fake_base, runner_patch):
+    path = runner_patch / "0001-runner.patch"
+    path.write_text(path.read_text().replace(
+        "Last-Update:", "Applied-Upstream: 1.1.0, tests/unit/test_x.py passes on 1.1.0\nLast-Update:"))
+    assert not lint(runner_patch)
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {}, version="1.1.0")
+    assert r.status == "upstream" and "Applied-Upstream: 1.1.0" in r.reason
+    (r,) = run_drift(tmp_path / "newer", fake_base, runner_patch, {}, version="1.2.0")
+    assert r.status == "upstream"
+    (r,) = run_drift(tmp_path / "unknown", fake_base, runner_patch, {}, version=None)
+    assert r.status == "upstream"  # a tree of unknown version is newer than every release
+    (r,) = run_drift(tmp_path / "older", fake_base, runner_patch, {}, version="1.0.1")
+    assert r.status == "applies"  # the header names a later release: tried as usual
+
+
+def test_obsolete_when_the_file_is_gone(tmp_path, fake_base, runner_patch):
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {"vllm/runner.py": None})
+    assert r.status == "obsolete"
+    assert r.hunks == ["vllm/runner.py: hunk @@ -14,7 +14,7 @@ (vllm/runner.py is gone)"]
+
+
+def test_obsolete_when_the_function_is_gone(tmp_path, fake_base, runner_patch):
+    without = RUN.replace("def step_5():\n    return 5\n\n", "")
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {"vllm/runner.py": without})
+    assert r.status == "obsolete"
+    assert "step_5 gone from vllm/runner.py" in r.hunks[0]
+
+
+def test_a_changed_function_that_still_exists_conflicts(tmp_path, fake_base, runner_patch):
+    body = RUN.replace("def step_5():\n    return 5\n", "def step_5():\n    return compute(5)\n")
+    (r,) = run_drift(tmp_path, fake_base, runner_patch, {"vllm/runner.py": body})
+    assert r.status == "conflicts"
+
+
+def test_only_some_hunks_orphaned_is_a_conflict(tmp_path, fake_base, patches_dir):
+    add_patch(patches_dir, "0001-two-files.patch",
+              file_diff("vllm/runner.py", RUN, RUN_500)
+              + file_diff("vllm/config.py", CFG, CFG.replace("OPTION_3 = 3\n", "OPTION_3 = 300\n")))
+    changed_cfg = CFG.replace("OPTION_2 = 2\n", "OPTION_2 = 'two'\n")
+    (r,) = run_drift(tmp_path, fake_base, patches_dir, {"vllm/runner.py": None, "vllm/config.py": changed_cfg})
+    assert r.status == "conflicts"
+    assert any("vllm/config.py: hunk" in h for h in r.hunks)
+
+
+def test_created_file_that_exists_upstream_conflicts(tmp_path, fake_base, patches_dir):
+    add_patch(patches_dir, "0001-new-module.patch",
+              "diff --git a/vllm/pool.py b/vllm/pool.py\nnew file mode 100644\n--- /dev/null\n"
+              "+++ b/vllm/pool.py\n@@ -0,0 +1,2 @@\n+def pool():\n+    return 'ours'\n")
+    (r,) = run_drift(tmp_path, fake_base, patches_dir, {})
+    assert r.status == "applies"
+    (r,) = run_drift(tmp_path / "b", fake_base, patches_dir, {"vllm/pool.py": "def pool():\n    return 'theirs'\n"})
+    assert r.status == "conflicts" and r.hunks == ["vllm/pool.py: created by the patch, but exists upstream"]
+    (r,) = run_drift(tmp_path / "c", fake_base, patches_dir, {"vllm/pool.py": "def pool():\n    return 'ours'\n"})
+    assert r.status == "upstream"
+
+
+# --- cumulative: in order, skipped patches stay out ---------------------------------------
+
+
+def test_series_is_tried_cumulatively(tmp_path, fake_base, runner_patch):
+    # 0002 needs 0001's change (its context is "return 500")
+    add_patch(runner_patch, "0002-on-top.patch",
+              file_diff("vllm/runner.py", RUN_500, RUN_500.replace("return 500", "return 5000")))
+    assert statuses(run_drift(tmp_path, fake_base, runner_patch, {})) == ["applies", "applies"]
+    # upstream has 0001: skipped, 0002 applies on upstream's tree
+    assert statuses(run_drift(tmp_path / "b", fake_base, runner_patch,
+                              {"vllm/runner.py": RUN_500})) == ["upstream", "applies"]
+
+
+def test_upstream_and_obsolete_patches_are_skipped_for_the_rest(tmp_path, fake_base, runner_patch):
+    add_patch(runner_patch, "0002-on-top.patch",
+              file_diff("vllm/runner.py", RUN_500, RUN_500.replace("return 500", "return 5000")))
+    path = runner_patch / "0001-runner.patch"
+    path.write_text(path.read_text().replace("Last-Update:", "Applied-Upstream: 1.0.5\nLast-Update:"))
+    # 0001 counts as upstream by its header, so it is not applied: 0002, which
+    # needs it, does not apply to a tree that lacks the change
+    assert statuses(run_drift(tmp_path, fake_base, runner_patch, {})) == ["upstream", "conflicts"]
+    # file gone: both obsolete
+    assert statuses(run_drift(tmp_path / "b", fake_base, runner_patch,
+                              {"vllm/runner.py": None}, version="1.0.1")) == ["obsolete", "obsolete"]
+
+
+def test_target_tree_is_not_changed(tmp_path, fake_base, runner_patch):
+    run_drift(tmp_path, fake_base, runner_patch, {})
+    assert (tmp_path / "target" / "vllm" / "runner.py").read_text() == RUN
+
+
+def test_tree_without_vllm_is_refused(tmp_path, fake_base, runner_patch):
+    with pytest.raises(DriftError, match="holds no vllm/"):
+        drift_target(tmp_path, None, patches_dir=runner_patch, base=fake_base[0])
+
+
+# --- reports and exit status --------------------------------------------------------------
+
+
+def reports_of_every_status() -> list[TargetReport]:
+    return [
+        TargetReport("1.1.0", "release", "1.1.0", "fake.whl", [
+            Result("0001-a.patch", "applies", "applies cleanly"),
+            Result("0002-b.patch", "upstream", "reverse-applies"),
+            Result("0003-c.patch", "obsolete", "gone", ["vllm/x.py: hunk @@ -1 +1 @@ (vllm/x.py is gone)"]),
+        ]),
+        TargetReport("upstream", "tree", None, "/src/vllm", [
+            Result("0001-a.patch", "conflicts", "1 hunk(s) fail in vllm/y.py", ["vllm/y.py: hunk @@ -3,7 +3,7 @@"]),
+            Result("0002-b.patch", "upstream", "Applied-Upstream: 1.1.0"),
+            Result("0003-c.patch", "applies", "applies cleanly"),
+        ]),
+    ]
+
+
+def test_exit_status_only_for_conflicts():
+    reports = reports_of_every_status()
+    assert exit_status(reports) == 1
+    assert exit_status(reports[:1]) == 0  # applies, upstream, obsolete: nothing for a maintainer
+
+
+def test_json_shape():
+    data = json.loads(json.dumps(to_json(reports_of_every_status(), "1.0.0", ["0001-a.patch"])))
+    assert data["base"] == "1.0.0" and data["exit_status"] == 1
+    assert data["needs_maintainer"] == [{"target": "upstream", "patch": "0001-a.patch"}]
+    t = data["targets"][1]
+    assert {k: t[k] for k in ("name", "kind", "version", "source")} == {
+        "name": "upstream", "kind": "tree", "version": None, "source": "/src/vllm"}
+    assert t["results"][0] == {"patch": "0001-a.patch", "status": "conflicts",
+                               "reason": "1 hunk(s) fail in vllm/y.py",
+                               "hunks": ["vllm/y.py: hunk @@ -3,7 +3,7 @@"]}
+
+
+def test_junit_one_case_per_target_and_patch(tmp_path):
+    path = tmp_path / "drift.xml"
+    to_junit(reports_of_every_status()).write(path, encoding="utf-8", xml_declaration=True)
+    root = ET.parse(path).getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["drift 1.1.0", "drift upstream"]
+    cases = [(c.get("classname"), c.get("name")) for s in suites for c in s.findall("testcase")]
+    assert len(cases) == 6 == len(set(cases))
+    first, second = suites
+    assert (first.get("failures"), first.get("skipped")) == ("0", "2")
+    assert (second.get("failures"), second.get("skipped")) == ("1", "1")
+    failing = second.find("testcase").find("failure")
+    assert "conflicts" in failing.get("message") and "vllm/y.py: hunk @@ -3,7 +3,7 @@" in failing.text
+    assert first.findall("testcase")[2].find("skipped").get("message").startswith("obsolete")
+
+
+def test_table_rows_are_patches_columns_targets():
+    text = table(reports_of_every_status(), ["0001-a.patch", "0002-b.patch", "0003-c.patch"])
+    lines = text.splitlines()
+    assert lines[0].split() == ["patch", "1.1.0", "upstream"]
+    assert lines[2].split() == ["0001-a", "applies", "conflicts"]
+    assert lines[4].split() == ["0003-c", "obsolete", "applies"]
+
+
+def test_command_line_writes_reports_and_sets_exit_status(tmp_path, fake_base, runner_patch, monkeypatch,
+                                                          capsys):
+    base, _ = fake_base
+    monkeypatch.setattr(drift, "load_base", lambda: base)
+    clean = tree(tmp_path / "clean", {})
+    out_dir = tmp_path / "reports"
+    args = ["--patches", str(runner_patch), "--out", str(out_dir)]
+    assert drift.main(["--upstream", str(clean), *args]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1].split() == ["0001-runner", "applies"]  # the table is last
+    conflicting = tree(tmp_path / "conflicting", {"vllm/runner.py": RUN.replace("    return 5\n", "    return 6\n")})
+    assert drift.main(["--upstream", str(conflicting), *args]) == 1
+    data = json.loads((out_dir / "drift.json").read_text())
+    # the tree's version comes from its vllm/_version.py
+    assert data["needs_maintainer"] == [{"target": "upstream 9.9.9", "patch": "0001-runner.patch"}]
+    assert ET.parse(out_dir / "drift.xml").getroot().find("testsuite/testcase/failure") is not None
+    assert drift.main(["--upstream", str(tmp_path / "nothing"), *args]) == 2  # not a tree: error
+
+
+# --- diffs, versions, fetching ------------------------------------------------------------
+
+
+def test_parse_diff_reads_hunks_by_their_counts():
+    text = (file_diff("vllm/runner.py", RUN, RUN_500) + "-- \n2.39.0\n")
+    (fd,) = parse_diff(text)
+    assert (fd.old, fd.new) == ("vllm/runner.py", "vllm/runner.py")
+    (h,) = fd.hunks
+    assert h.header == "@@ -14,7 +14,7 @@"
+    assert sum(line.startswith("-") for line in h.lines) == 1  # the signature is not a removal
+
+
+def test_parse_diff_of_the_real_series():
+    for path in sorted(drift.PATCHES.glob("*.patch")):
+        for fd in parse_diff(Patch.read(path).diff):
+            assert fd.old or fd.new
+            assert fd.text().startswith("diff --git ")
+
+
+def test_enclosing_finds_method_and_class():
+    lines = ["class A:", "    def f(self):", "        if x:", "            y = 1", "", "    z = 2"]
+    assert enclosing(lines, 3) == ["f", "A"]
+    assert enclosing(lines, 5) == ["A"]
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                    *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_tree_version_from_git_describe_and_version_file(tmp_path):
+    root = tree(tmp_path / "up", {"vllm/_version.py": None})
+    assert tree_version(root) is None  # a plain directory: unknown, newer than every release
+    (root / "vllm" / "_version.py").write_text("__version__ = version = '1.4.0'\n")
+    assert tree_version(root) == Version("1.4.0")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "one")
+    _git(root, "tag", "v1.2.3")
+    assert tree_version(root) == Version("1.2.3")
+    (root / "vllm" / "new.py").write_text("x = 1\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "two")
+    assert tree_version(root) == Version("1.2.4.dev1")
+
+
+def test_fetch_release_through_pip_verifies_and_caches(tmp_path):
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index / "fakevllm-1.0.0-py3-none-any.whl",
+               {**FAKE_FILES, "vllm/_C.abi3.so": "binary"})
+    cache = tmp_path / "cache"
+    args = ("--no-index", "--find-links", str(index))
+    got = fetch_release("fakevllm", "1.0.0", cache, args)
+    assert got.path == cache / "drift" / "fakevllm-1.0.0-py3-none-any.whl"
+    src = release_sources(got)
+    assert (src / "vllm" / "runner.py").read_text() == RUN
+    assert not (src / "vllm" / "_C.abi3.so").exists()  # compiled extensions are left out
+    assert fetch_release("fakevllm", "1.0.0", cache, ("--no-index",)) == got  # cached: no pip
+    with zipfile.ZipFile(got.path, "a") as zf:  # the cached file changes
+        zf.writestr("extra", "x")
+    with pytest.raises(DriftError, match="sha256"):
+        fetch_release("fakevllm", "1.0.0", cache, ("--no-index",))
+    assert not got.path.exists()
+    with pytest.raises(DriftError, match="pip did not fetch"):
+        fetch_release("fakevllm", "9.9.9", cache, args)
+
+
+def test_lint_checks_applied_upstream(patches_dir):
+    add_patch(patches_dir, "0001-x.patch", file_diff("vllm/runner.py", RUN, RUN_500))
+    path = patches_dir / "0001-x.patch"
+    path.write_text(path.read_text().replace("Last-Update:", "Applied-Upstream: someday\nLast-Update:"))
+    assert any("Applied-Upstream must start with" in p for p in lint(patches_dir))
+    path.write_text(path.read_text().replace("someday", "v0.29.0, found by tests"))
+    assert lint(patches_dir) == []
+
+
+# --- the real releases after the base -----------------------------------------------------
+
+# Status of every patch of the series on every release after 0.26.0 up to the
+# latest (as of 2026-11-29), determined by running make drift and reading each
+# failing hunk against the release's sources:
+# - 0001: applies until 0.30.0; from 0.31.0 CPUModelRunner._postprocess_triton,
+#   which its second hunk changes, is gone, while its HAS_TRITON hunk still
+#   applies: a conflict (the patch needs rework, not dropping).
+# - 0002: 0.27.0 already has a model_states/encoder_only.py of its own, so
+#   creating ours conflicts (and more hunks fail from 0.33.0).
+# - 0003, 0004, 0006: upstream rewrote MRV2's PoolingRunner (0.27.0 composes
+#   LateInteractionRunner, 0.28.0 drops _TOKEN_TASKS again): conflicts.
+# - 0005: ColBERTMixin unchanged upstream: applies.
+# - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0
+#   _is_default_v2_model_runner_model is gone (MRV2 is upstream's default for
+#   every model): obsolete.
+# - 0008 builds on 0003's PoolingRunner, which conflicts: conflicts.
+RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+C, A, O, U = "conflicts", "applies", "obsolete", "upstream"
+EXPECTED = {
+    "0001-triton-interpreter-available.patch": [A, A, A, A, A, C, C, C],
+    "0002-mrv2-encoder-only-models.patch": [C, C, C, C, C, C, C, C],
+    "0003-mrv2-pooling-runner.patch": [C, C, C, C, C, C, C, C],
+    "0004-mrv2-encoder-token-embedding.patch": [C, C, C, C, C, C, C, C],
+    "0005-colbert-projection-after-module-init.patch": [A, A, A, A, A, A, A, A],
+    "0006-late-interaction-release-unscheduled-docs.patch": [C, C, C, C, C, C, C, C],
+    "0007-pooling-models-default-to-mrv2.patch": [C, C, C, O, O, O, O, O],
+    "0008-mrv2-native-input-preparation.patch": [C, C, C, C, C, C, C, C],
+}
+
+
+@pytest.mark.slow
+def test_real_releases_after_the_base():
+    """Every release after 0.26.0 on the index, every patch of the series."""
+    from scripts.base import load_base
+    from scripts.series import read_series
+
+    newer = drift.newer_releases(load_base().version)
+    assert [v for _, v in newer][:len(RELEASES)] == RELEASES
+    series = read_series()
+    unknown = [p for p in series if p not in EXPECTED]
+    got = {}
+    for project, version in newer[:len(RELEASES)]:
+        report = drift.release_target(project, version)
+        for r in report.results:
+            got.setdefault(r.patch, []).append(r.status)
+    if unknown:
+        pytest.fail("no expected drift for " + ", ".join(f"{p} (now {got[p]})" for p in unknown)
+                    + ": check them and add them to EXPECTED")
+    for patch in series:
+        assert got[patch] == EXPECTED[patch], patch
