@@ -199,8 +199,13 @@ def release_sources(fetched: Fetched) -> Path:
                        if i.filename.startswith("vllm/") and not i.filename.endswith(".so")]
             zf.extractall(tmp, members)
         (tmp / ".complete").write_text(fetched.sha256 + "\n")
-        shutil.rmtree(root, ignore_errors=True)
-        os.rename(tmp, root)
+        if not (root / ".complete").exists():  # another run may have finished first
+            shutil.rmtree(root, ignore_errors=True)
+            try:
+                os.rename(tmp, root)
+            except OSError:
+                if not (root / ".complete").exists():
+                    raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
