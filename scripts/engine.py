@@ -7,7 +7,7 @@ benchmarks.
 unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran;
 ``input_preparation(llm)`` tells how that MRV2 runner prepares its inputs
-(torch-native on a CPU without Triton, patch 0008; Triton kernels, compiled or
+(native CPU kernels on a CPU without Triton, patch 0008; Triton kernels, compiled or
 under ``TRITON_INTERPRET=1``, otherwise).
 """
 

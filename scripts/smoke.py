@@ -6,7 +6,7 @@ engine and check the result against the references on the same weights.
    both (sentence-transformers gives 0.8204);
 2. a small random-weight Qwen3 decoder, made at run time, on MRV2
    (``VLLM_USE_V2_MODEL_RUNNER=1``; where Triton has no CPU backend, with the
-   torch-native input preparation of patch 0008), against transformers' last
+   native input preparation of patch 0008), against transformers' last
    hidden state of the last token.
 
 For each it prints the runner that actually ran (asked of the worker) and

@@ -2,7 +2,7 @@
 sentence-transformers on the same weights (DESIGN.md, validation matrix).
 
 MRV2 runs here as a user gets it: on a CPU without a Triton backend, with the
-torch-native input preparation of patch 0008. ``TRITON_INTERPRET=1 make
+native input preparation of patch 0008. ``TRITON_INTERPRET=1 make
 test-e2e`` runs the same rows with MRV2's Triton kernels under Triton's
 interpreter instead (much slower)."""
 

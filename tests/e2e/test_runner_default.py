@@ -1,7 +1,7 @@
 """Runner selection through the engine, without and with Triton.
 
 - Patch 0008: where Triton has no backend (this CPU, ``TRITON_INTERPRET``
-  unset) a pooling model still runs on MRV2, by default, with torch-native
+  unset) a pooling model still runs on MRV2, by default, with native
   input preparation, and says so in the log; a generation model keeps the
   base behaviour (V1, with upstream's warning).
 - Where Triton works (here: its interpreter, ``TRITON_INTERPRET=1``) MRV2 keeps
@@ -20,7 +20,7 @@ import pytest
 
 from scripts.base import REPO
 
-NATIVE_LOG = "Model Runner V2 prepares inputs with torch-native kernels (pooling steps only"
+NATIVE_LOG = "Model Runner V2 prepares inputs with native CPU kernels instead (pooling steps only"
 V1_FALLBACK_LOG = "Model Runner V2 requires Triton; using the V1 model runner instead."
 INTERPRETER_LOG = "TRITON_INTERPRET=1: running Triton kernels under Triton's interpreter"
 

@@ -1,4 +1,4 @@
-"""Patch 0008: MRV2's torch-native input preparation computes what its Triton
+"""Patch 0008: MRV2's native input preparation computes what its Triton
 kernels compute, element for element.
 
 Two copies of MRV2's per-request state (``RequestState``, ``BlockTables``, the
