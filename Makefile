@@ -33,7 +33,8 @@ help:
 	@echo "make test         tooling, wheel and CPU end-to-end tests (PYTEST_ARGS=... to select)"
 	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
-	@echo "make bench        MRV2 vs V1 throughput, side by side in one run (reports/bench.json)"
+	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput,"
+	@echo "                  ColBERT scaling, pooling overhead (reports/bench.*; BENCH_ARGS=--quick for a short run)"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
@@ -85,8 +86,10 @@ install: $(VENV)/.vllm-installed
 smoke: install apply
 	$(PY) -m scripts.smoke
 
+# BENCH_ARGS: options of scripts/bench.py (--quick, --reps N, --limit N, --sections ...).
+BENCH_ARGS ?=
 bench: install apply
-	$(PY) -m scripts.bench
+	$(PY) -m scripts.bench $(BENCH_ARGS)
 
 # The whole validation matrix; MATRIX_ROWS=id,id (python -m scripts.matrix --list) for a subset.
 MATRIX_ROWS ?=
