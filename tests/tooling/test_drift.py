@@ -332,24 +332,29 @@ def test_lint_checks_applied_upstream(patches_dir):
 #   which its second hunk changes, is gone, while its HAS_TRITON hunk still
 #   applies: a conflict (the patch needs rework, not dropping).
 # - 0002: 0.27.0 already has a model_states/encoder_only.py of its own, so
-#   creating ours conflicts (and more hunks fail from 0.33.0).
-# - 0003, 0004, 0006: upstream rewrote MRV2's PoolingRunner (0.27.0 composes
-#   LateInteractionRunner, 0.28.0 drops _TOKEN_TASKS again): conflicts.
+#   creating ours conflicts (and more hunks fail from 0.29.0).
+# - 0003: Applied-Upstream 0.27.0 (its behavioural tests pass on every
+#   unpatched release, python -m scripts.drift test-upstream): upstream, so
+#   not applied, on every release.
+# - 0004, 0006: they build on our 0003's PoolingRunner and GPUModelRunner
+#   hunks, which upstream's rewrite does not have (0004's offline LLM.score
+#   files conflict too): conflicts.
 # - 0005: ColBERTMixin unchanged upstream: applies.
-# - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0
-#   _is_default_v2_model_runner_model is gone (MRV2 is upstream's default for
-#   every model): obsolete.
-# - 0008 builds on 0003's PoolingRunner, which conflicts: conflicts.
+# - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0 its
+#   Applied-Upstream (MRV2 is upstream's default for every model, pooling
+#   models included): upstream.
+# - 0008 builds on 0003's PoolingRunner and on block_table/input_batch code
+#   upstream changed: conflicts.
 RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 C, A, O, U = "conflicts", "applies", "obsolete", "upstream"
 EXPECTED = {
     "0001-triton-interpreter-available.patch": [A, A, A, A, A, C, C, C],
     "0002-mrv2-encoder-only-models.patch": [C, C, C, C, C, C, C, C],
-    "0003-mrv2-pooling-runner.patch": [C, C, C, C, C, C, C, C],
+    "0003-mrv2-pooling-runner.patch": [U, U, U, U, U, U, U, U],
     "0004-mrv2-encoder-token-embedding.patch": [C, C, C, C, C, C, C, C],
     "0005-colbert-projection-after-module-init.patch": [A, A, A, A, A, A, A, A],
     "0006-late-interaction-release-unscheduled-docs.patch": [C, C, C, C, C, C, C, C],
-    "0007-pooling-models-default-to-mrv2.patch": [C, C, C, O, O, O, O, O],
+    "0007-pooling-models-default-to-mrv2.patch": [C, C, C, U, U, U, U, U],
     "0008-mrv2-native-input-preparation.patch": [C, C, C, C, C, C, C, C],
 }
 

@@ -1,22 +1,35 @@
-"""PoolingRunner (MRV2, patch 0003) on CPU tensors: task sets, metadata of
-mixed batches, removal on finish and abort. A stand-in model whose pooler
-records what it is given; stand-ins for the configs, the input batch and the
-request state carry only the fields PoolingRunner reads."""
+"""PoolingRunner (MRV2, patches 0003, 0004, 0006) on CPU tensors: task sets,
+metadata of mixed batches, removal on finish and abort, late interaction. A
+stand-in model whose pooler records what it is given; stand-ins for the
+configs, the input batch and the request state carry only the fields
+PoolingRunner reads.
+
+The tests named ``test_behaviour_*`` and the late-interaction tests are what
+patches/tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
+too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
+``on_requests_finished``, ``late_interaction_runner``), so that
+``python -m scripts.drift test-upstream`` can run them on unpatched releases.
+The other tests pin our implementation's details (error texts, slot lists,
+token-id padding, ``_TOKEN_TASKS``) on our tree.
+"""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 
+from vllm.config import ModelConfig
 from vllm.model_executor.layers.pooler.common import PoolingParamsUpdate
 from vllm.pooling_params import PoolingParams
 from vllm.v1.pool.late_interaction import (build_late_interaction_doc_params,
                                            build_late_interaction_query_params)
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
-from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS, PoolingRunner
+from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
 VOCAB = 50
 MAX_REQS = 8
@@ -62,14 +75,25 @@ class StandInModel(torch.nn.Module):
         raise NotImplementedError
 
 
+def new_pooling_runner(model, vllm_config):
+    """PoolingRunner for ``model``: ours is told the device at construction
+    (``device``), upstream's takes it from the hidden states of each step. On
+    the CPU both pool on the CPU; the argument is plumbing, not behaviour, so
+    it is passed when the constructor has it."""
+    if "device" in inspect.signature(PoolingRunner.__init__).parameters:
+        return PoolingRunner(model, vllm_config, device=torch.device("cpu"))
+    return PoolingRunner(model, vllm_config)
+
+
 def make_runner(attn_type="encoder_only", tasks=("embed", "classify", "token_classify", "token_embed"),
                 task=None):
     model = StandInModel(pooler=RecordingPooler(tasks))
     model_config = SimpleNamespace(attn_type=attn_type, pooler_config=SimpleNamespace(task=task),
-                                   get_vocab_size=lambda: VOCAB)
+                                   architectures=["BertModel"], get_vocab_size=lambda: VOCAB)
+    model_config.get_pooling_task = lambda supported: ModelConfig.get_pooling_task(model_config, supported)
     vllm_config = SimpleNamespace(model_config=model_config,
                                   scheduler_config=SimpleNamespace(max_num_seqs=MAX_REQS))
-    return PoolingRunner(model, vllm_config, torch.device("cpu")), model.pooler
+    return new_pooling_runner(model, vllm_config), model.pooler
 
 
 def batch(slots, scheduled, computed, req_ids=None):
@@ -103,6 +127,8 @@ def test_task_sets_follow_model_and_attention_type():
 
 
 def test_pooling_runner_supports_encoder_token_embedding():
+    from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS
+
     assert _TOKEN_TASKS == {"token_embed", "token_classify", "embed&token_classify"}
     enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type="encoder_only"))
     assert _TOKEN_TASKS <= enabled and {"embed", "classify"} <= enabled
@@ -116,6 +142,8 @@ def test_pooling_runner_supports_encoder_token_embedding():
 
 
 def test_pooling_runner_filters_decoder_token_embedding():
+    from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS
+
     for attn_type in ("decoder", "encoder_decoder", "hybrid"):
         enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type=attn_type))
         assert not (enabled & _TOKEN_TASKS)
@@ -191,6 +219,94 @@ def test_removal_on_finish_and_abort_frees_the_slot():
     runner.add_request("next", 4, PoolingParams(task="embed"), [7])
     out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
     assert finished == [True] and out.shape == (1, 2)
+
+
+# --- behavioural (patches/tests.toml): names upstream has too -----------------------------
+
+
+def test_behaviour_tasks_are_the_poolers_that_mrv2_serves():
+    """Patch 0003: the runner serves the model pooler's tasks."""
+    enc, _ = make_runner("encoder_only", tasks=("embed", "classify"))
+    assert set(enc.supported_tasks) == {"embed", "classify"}
+    dec, _ = make_runner("decoder", tasks=("embed",))
+    assert set(dec.supported_tasks) == {"embed"}
+
+
+def test_behaviour_configured_task_mrv2_cannot_serve_fails_at_construction():
+    """Patch 0003: a configured task MRV2 does not run fails at start-up, naming
+    the task and the fallback."""
+    with pytest.raises(ValueError) as e:
+        make_runner("decoder", tasks=("embed", "plugin"), task="plugin")
+    assert "'plugin'" in str(e.value) and "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
+
+
+def test_behaviour_pooler_runs_on_a_mixed_batch():
+    """Patch 0003: the model's own pooler runs on the step, with each request's
+    params (pooler updates applied), prompt lengths, token positions, token
+    ids for the requests that need them; finished = whole prompt computed."""
+    runner, pooler = make_runner("decoder", tasks=("embed", "classify"))
+    runner.add_request("a", 5, PoolingParams(task="embed"), [1, 2, 3])
+    runner.add_request("b", 0, PoolingParams(task="classify"), [4, 5, 6, 7, 8, 9])
+    runner.add_request("c", 2, PoolingParams(task="embed", use_activation=False), list(range(10)))
+    states = req_states({5: 3, 0: 6, 2: 10})
+    step = batch([5, 0, 2], [3, 2, 4], [0, 4, 0], ["a", "b", "c"])
+    hidden = torch.arange(9 * 2, dtype=torch.float32).reshape(9, 2)
+
+    out, finished = runner.pool(hidden, step, states)
+
+    assert list(finished) == [True, True, False]
+    torch.testing.assert_close(out, hidden[[2, 4, 8]])  # the pooler's output, unchanged
+    (seen_hidden, meta), = pooler.calls
+    torch.testing.assert_close(seen_hidden, hidden)
+    assert meta.prompt_lens.tolist() == [3, 6, 10]
+    assert [p.task for p in meta.pooling_params] == ["embed", "classify", "embed"]
+    assert [p.use_activation for p in meta.pooling_params] == [None, None, False]
+    assert meta.pooling_params[1].requires_token_ids and not meta.pooling_params[0].requires_token_ids
+    cursor = meta.get_pooling_cursor()
+    assert cursor.first_token_indices_gpu.tolist() == [0, 3, 5]
+    assert cursor.last_token_indices_gpu.tolist() == [2, 4, 8]
+    assert cursor.seq_lens_cpu.tolist() == [3, 6, 4]
+    assert meta.prompt_token_ids_cpu[1, :6].tolist() == [4, 5, 6, 7, 8, 9]
+
+
+def test_behaviour_removed_request_frees_its_slot():
+    """Patch 0003: removal cleans the request's pooling states; a removed
+    request is not pooled with stale params; the slot takes a new request."""
+    runner, pooler = make_runner()
+    runner.add_request("aborted", 4, PoolingParams(task="token_classify"), [1, 2, 3])
+    states = runner.pooling_states[4]
+    states.hidden_states_cache.append(torch.ones(1))
+    runner.remove_request(4)
+    assert states.hidden_states_cache == []
+    with pytest.raises((RuntimeError, KeyError)):
+        runner.pool(torch.zeros(3, 2), batch([4], [3], [0], ["aborted"]), req_states({4: 3}))
+    assert pooler.calls == []
+    runner.add_request("next", 4, PoolingParams(task="embed"), [7])
+    out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
+    assert list(finished) == [True] and out.shape == (1, 2)
+
+
+def test_behaviour_encoder_only_models_serve_token_tasks():
+    """Patch 0004: an encoder-only model serves token_embed and token_classify,
+    one output per prompt token."""
+    runner, _ = make_runner("encoder_only")
+    assert set(runner.supported_tasks) == {"embed", "classify", "token_embed", "token_classify"}
+    runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
+    hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
+    assert list(finished) == [True] and len(out) == 1
+    torch.testing.assert_close(out[0], hidden)
+
+
+def test_behaviour_decoder_models_do_not_serve_token_tasks():
+    """Patch 0004: token tasks need the whole prompt in one step: not served
+    for decoder models (chunked prefill), and a decoder model configured for
+    one fails at start-up naming the task and the fallback."""
+    dec, _ = make_runner("decoder")
+    assert set(dec.supported_tasks) == {"embed", "classify"}
+    with pytest.raises(ValueError) as e:
+        make_runner("decoder", task="token_embed")
+    assert "'token_embed'" in str(e.value) and "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
 
 
 # --- late interaction (patch 0004) -------------------------------------------------------

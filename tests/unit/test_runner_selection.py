@@ -1,8 +1,16 @@
-"""Runner selection (patch 0007): which models default to Model Runner V2.
+"""Runner selection: which models run on Model Runner V2.
 
-``VllmConfig._is_default_v2_model_runner_model`` and ``use_v2_model_runner``
-run on lightweight stand-ins carrying just the fields they read. Each row of
-the table gives the base's answer too, so the rows that flipped are explicit.
+Two kinds of tests. The behavioural ones (``test_real_config_*``) build a real
+``VllmConfig`` with ``EngineArgs.create_engine_config`` for local models (MiniLM,
+a tiny random Qwen3) and read ``VllmConfig.use_v2_model_runner``, public names
+that upstream has too: they are what ``patches/tests.toml`` maps to the patches,
+so that ``python -m scripts.drift test-upstream`` finds where upstream behaves
+the same. The table tests run ``VllmConfig._is_default_v2_model_runner_model``
+(patch 0007) and ``use_v2_model_runner`` on lightweight stand-ins carrying just
+the fields they read; each row gives the base's answer too, so the rows that
+flipped are explicit. VllmConfig's methods are looked up when called, so this
+module imports on releases that no longer have them. The selection without
+Triton (patch 0008) is in test_runner_selection_without_triton.py.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 import vllm.config.vllm as vllm_config_module
-from vllm.config.vllm import DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, VllmConfig
+from vllm.config.vllm import VllmConfig
 
 
 def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False):
@@ -21,11 +29,18 @@ def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False):
 
 
 class ConfigStandIn(SimpleNamespace):
-    """A VllmConfig-shaped object: the selection methods are VllmConfig's own."""
+    """A VllmConfig-shaped object: the selection methods are VllmConfig's own,
+    looked up on VllmConfig when called (not when this module is imported)."""
 
-    _is_default_v2_model_runner_model = VllmConfig._is_default_v2_model_runner_model
-    use_v2_model_runner = VllmConfig.use_v2_model_runner
-    _v2_model_runner_runs_without_triton = VllmConfig._v2_model_runner_runs_without_triton
+    def _is_default_v2_model_runner_model(self):
+        return VllmConfig._is_default_v2_model_runner_model(self)
+
+    @property
+    def use_v2_model_runner(self):
+        return VllmConfig.use_v2_model_runner.fget(self)
+
+    def _v2_model_runner_runs_without_triton(self):
+        return VllmConfig._v2_model_runner_runs_without_triton(self)
 
     def _dflash_needs_multi_kv_group(self):
         return False
@@ -70,9 +85,10 @@ def base_selector(config) -> bool:
     """vLLM 0.26.0's _is_default_v2_model_runner_model, as it read before the
     patch (kept here to state the flipped rows, not to test against)."""
     mc = config.model_config
+    default_v2_architectures = vllm_config_module.DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
     if mc is None or mc.runner_type != "generate" or mc.is_hybrid or mc.is_attention_free:
         return False
-    return any(a in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES for a in mc.architectures) or not mc.is_moe
+    return any(a in default_v2_architectures for a in mc.architectures) or not mc.is_moe
 
 
 @pytest.mark.parametrize(("case", "model_config", "expected", "on_base"), TABLE, ids=[t[0] for t in TABLE])
@@ -116,47 +132,6 @@ def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
     assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
 
 
-# --- without Triton (patch 0008) ---------------------------------------------------------
-
-
-def test_without_triton_pooling_models_run_mrv2_natively(monkeypatch, triton):
-    """Patch 0008: MRV2's input preparation has torch-native kernels, so a
-    pooling model keeps MRV2 where Triton has no backend (the base fell back
-    to V1 here)."""
-    triton(False)
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    for arch in ("BertModel", "Qwen3ForCausalLM", "HF_ColBERT"):
-        assert stand_in(model(arch, "pooling")).use_v2_model_runner is True
-
-
-def test_without_triton_generation_models_fall_back_to_v1(monkeypatch, triton):
-    """Generation keeps the base behaviour: V1, with upstream's warning."""
-    triton(False)
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    for arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
-        config = stand_in(model(arch, "generate"))
-        assert config._is_default_v2_model_runner_model() is True
-        assert config.use_v2_model_runner is False
-    assert stand_in(model("LlamaForCausalLM", "draft")).use_v2_model_runner is False
-
-
-@pytest.mark.parametrize(("runner_type", "raises"), [("pooling", False), ("generate", True)])
-def test_forcing_mrv2_without_triton(monkeypatch, triton, runner_type, raises):
-    """VLLM_USE_V2_MODEL_RUNNER=1 without Triton: a start-up error that names
-    the way out for generation models; pooling models are served."""
-    triton(False)
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    config = full_stand_in(False, False)
-    config.model_config.runner_type = runner_type
-    if raises:
-        with pytest.raises(ValueError, match="requires Triton for generation models.*"
-                                             "VLLM_USE_V2_MODEL_RUNNER=0"):
-            config._validate_v2_model_runner()
-    else:
-        config._validate_v2_model_runner()
-        assert config.use_v2_model_runner is True
-
-
 # --- encoder-only models need whole prompts (patch 0002) ---------------------------------
 
 
@@ -197,3 +172,60 @@ def test_encoder_only_unchunked_is_run_on_mrv2(monkeypatch, triton):
     config = full_stand_in(False, False)
     assert config._get_v2_model_runner_unsupported_features() == []
     assert config.use_v2_model_runner is True
+
+
+# --- behavioural: real configs (what patches/tests.toml maps) ----------------------------
+
+
+def test_real_config_pooling_models_default_to_mrv2(real_config, minilm, tiny_qwen3):
+    """Patch 0007: an encoder-only and a decoder pooling model run on MRV2 by
+    default (Triton available), as a generation model does."""
+    bert = real_config(minilm, "pooling")
+    assert bert.model_config.attn_type == "encoder_only"
+    assert bert.use_v2_model_runner is True
+    qwen = real_config(tiny_qwen3, "pooling")
+    assert qwen.model_config.attn_type == "decoder"
+    assert qwen.use_v2_model_runner is True
+
+
+def test_real_config_runner_type_does_not_decide_the_default(real_config, tiny_qwen3):
+    """Patch 0007: the same model gets the same runner whether it generates or pools."""
+    generate = real_config(tiny_qwen3, "generate").use_v2_model_runner
+    pooling = real_config(tiny_qwen3, "pooling").use_v2_model_runner
+    assert generate is True and pooling is True
+
+
+@pytest.mark.parametrize(("env", "expected"), [("0", False), ("1", True)])
+def test_real_config_environment_overrides_for_pooling_models(real_config, minilm, tiny_qwen3, env, expected):
+    """VLLM_USE_V2_MODEL_RUNNER still decides when set."""
+    assert real_config(minilm, "pooling", env=env).use_v2_model_runner is expected
+    assert real_config(tiny_qwen3, "pooling", env=env).use_v2_model_runner is expected
+
+
+@pytest.mark.parametrize("option", ["enable_chunked_prefill", "enable_prefix_caching"])
+def test_real_config_encoder_only_prompts_are_never_split_on_mrv2(real_config, minilm, option):
+    """Patch 0002: an encoder-only model needs each prompt whole in one step.
+    With chunked prefill or prefix caching turned on explicitly, the default is
+    not MRV2 with chunking; forcing MRV2 is a start-up error naming the
+    feature, unless chunking ends up off."""
+    config = real_config(minilm, "pooling", **{option: True})
+    assert config.model_config.attn_type == "encoder_only"
+    chunking = config.scheduler_config.enable_chunked_prefill or config.cache_config.enable_prefix_caching
+    assert not (config.use_v2_model_runner and chunking)
+    try:
+        forced = real_config(minilm, "pooling", env="1", **{option: True})
+    except ValueError as e:
+        assert "chunked prefill" in str(e) or "prefix caching" in str(e)
+    else:
+        assert forced.use_v2_model_runner is True
+        assert not (forced.scheduler_config.enable_chunked_prefill or forced.cache_config.enable_prefix_caching)
+
+
+def test_real_config_encoder_only_model_can_run_on_mrv2(real_config, minilm):
+    """Patch 0002: MRV2 accepts an encoder-only model (whole prompts, the
+    default for it): forcing it is no error, and chunking stays off."""
+    config = real_config(minilm, "pooling", env="1")
+    assert config.model_config.attn_type == "encoder_only"
+    assert config.use_v2_model_runner is True
+    assert not config.scheduler_config.enable_chunked_prefill
+    assert not config.cache_config.enable_prefix_caching

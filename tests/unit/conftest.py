@@ -1,0 +1,47 @@
+"""Real configs for the behavioural unit tests: ``VllmConfig`` objects built
+the way an engine builds them (``EngineArgs.create_engine_config``) for local
+models, with Triton's availability set by the test. Only public names and
+names upstream has too are used, so these tests run unchanged on the
+unpatched sources of later releases (``python -m scripts.drift test-upstream``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """all-MiniLM-L6-v2 (BertModel, encoder-only), from its package."""
+    from scripts.models import minilm_path
+
+    return str(minilm_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory):
+    """A tiny random Qwen3ForCausalLM checkpoint (decoder), MiniLM's tokenizer."""
+    from scripts.models import make_tiny_qwen3
+
+    return str(make_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model"))
+
+
+@pytest.fixture
+def real_config(monkeypatch):
+    """``real_config(model, runner, triton=True, env=None, **engine_args)``: the
+    VllmConfig of an engine for ``model`` with ``runner`` ("pooling" or
+    "generate"), ``vllm.config.vllm.HAS_TRITON`` set to ``triton`` and
+    VLLM_USE_V2_MODEL_RUNNER set to ``env`` (unset when None)."""
+    import vllm.config.vllm as vllm_config_module
+    from vllm.engine.arg_utils import EngineArgs
+
+    def make(model: str, runner: str, *, triton: bool = True, env: str | None = None, **engine_args):
+        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", triton)
+        if env is None:
+            monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+        else:
+            monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+        config = EngineArgs(model=model, runner=runner, **engine_args).create_engine_config()
+        assert config.model_config.runner_type == runner
+        return config
+
+    return make

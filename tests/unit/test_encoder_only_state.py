@@ -1,0 +1,71 @@
+"""Patch 0002 on the worker side, through upstream's own seams: MRV2's
+``init_model_state`` gives an encoder-only model (BERT and kin: its attention
+layers are ``EncoderOnlyAttention``, its config ``attn_type`` encoder_only) the
+encoder-only model state of ``vllm/v1/worker/gpu/model_states/encoder_only.py``,
+and ``BlockTables`` works with zero KV-cache groups (encoder-only layers need
+no KV cache)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+# The CPU worker's set-up (pinned memory and UVA buffers as plain host tensors),
+# as MRV2 runs on the CPU: upstream's module, imported for its effect.
+import vllm.v1.worker.cpu.shm  # noqa: F401
+from vllm.model_executor.layers.attention import EncoderOnlyAttention
+from vllm.v1.worker.gpu.block_table import BlockTables
+
+
+class BertLike(torch.nn.Module):
+    """A model whose only attention layer is an EncoderOnlyAttention, made
+    without its __init__ (which needs a whole engine context) but registered
+    as that __init__ does: ``attn_type`` encoder_only, and under its name in
+    the config's static forward context (where later releases look for it)."""
+
+    def __init__(self, vllm_config):
+        super().__init__()
+        attn = EncoderOnlyAttention.__new__(EncoderOnlyAttention)
+        torch.nn.Module.__init__(attn)
+        attn.attn_type = "encoder_only"
+        attn.layer_name = "encoder.layer.0.attention.attn"
+        vllm_config.compilation_config.static_forward_context[attn.layer_name] = attn
+        self.attn = attn
+
+
+def test_init_model_state_picks_the_encoder_only_state(real_config, minilm, monkeypatch):
+    import vllm.v1.worker.gpu.model_states.encoder_only as encoder_only
+    from vllm.v1.worker.gpu.model_states import init_model_state
+
+    made = []
+
+    class Recorder:
+        supports_prompt_embeds = False
+
+        def __init__(self, vllm_config, model, encoder_cache, device):
+            made.append((vllm_config, model, encoder_cache, device))
+
+    # the module's own class name: init_model_state imports it from there when called
+    assert isinstance(encoder_only.EncoderOnlyModelState, type)
+    monkeypatch.setattr(encoder_only, "EncoderOnlyModelState", Recorder)
+    config = real_config(minilm, "pooling", env="1")
+    assert config.model_config.attn_type == "encoder_only"
+    model = BertLike(config)
+    state = init_model_state(config, model, None, torch.device("cpu"))
+    assert isinstance(state, Recorder)
+    assert made == [(config, model, None, torch.device("cpu"))]
+
+
+def test_block_tables_with_zero_kv_cache_groups():
+    """No KV-cache group: staged writes, block-table gathers and slot mappings
+    have nothing to do, and do not fail."""
+    tables = BlockTables(block_sizes=[], max_num_reqs=4, max_num_batched_tokens=16,
+                         max_num_blocks_per_group=[], device=torch.device("cpu"), kernel_block_sizes=[])
+    assert tables.num_kv_cache_groups == 0
+    tables.apply_staged_writes()
+    idx_mapping = torch.tensor([2, 0], dtype=torch.int32)
+    assert tuple(tables.gather_block_tables(idx_mapping, 4)) == ()
+    query_start_loc = torch.tensor([0, 3, 5], dtype=torch.int32)
+    positions = torch.from_numpy(np.array([0, 1, 2, 0, 1], dtype=np.int64))
+    slots = tables.compute_slot_mappings(idx_mapping, query_start_loc, positions, 8)
+    assert tuple(slots.shape) == (0, 8)
