@@ -11,9 +11,10 @@ runners get vLLM's own poolers (``DispatchPooler`` over ``SequencePooler`` /
 after the forward:
 
 - MRV2: ``GPUModelRunner.pool`` of ``vllm/v1/worker/gpu/model_runner.py``
+  as MRV2's CPU runner (``vllm/v1/worker/cpu/model_runner.py``) runs it
   (``PoolingRunner.pool``: pooling metadata from CPU-side state, the pooler,
-  late-interaction post-processing; then ``ModelRunnerOutput`` and
-  ``AsyncPoolingOutput``), and ``get_output()``;
+  late-interaction post-processing; then ``ModelRunnerOutput`` with the
+  output handed over by ``_pooling_output``);
 - V1: ``GPUModelRunner._pool`` of ``vllm/v1/worker/gpu_model_runner.py``
   (``InputBatch.get_pooling_metadata``, the cursor, the pooler, the finished
   mask, late-interaction post-processing, ``ModelRunnerOutput`` and the copy
@@ -161,7 +162,10 @@ def mrv2_step(step: dict):
     ``ModelRunnerOutput`` (pooler outputs on the host)."""
     import torch
 
-    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+    from types import MethodType
+
+    # MRV2's CPU runner (GPUModelRunner with the CPU's output hand-off): what runs here.
+    from vllm.v1.worker.cpu.model_runner import CPUModelRunner
     from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
     pooler, task = make_pooler(step["variant"])
@@ -193,12 +197,14 @@ def mrv2_step(step: dict):
         main_stream=torch.cuda.current_stream(), output_copy_stream=torch.cuda.Stream(),
         postprocess_num_computed_tokens=lambda batch: None,  # device-side, not pooling
         eplb=SimpleNamespace(step=lambda **kwargs: None))
+    fake._pooling_output = MethodType(CPUModelRunner._pooling_output, fake)
     hidden = step["hidden"]
 
     def run():
         fake.execute_model_state = SimpleNamespace(input_batch=input_batch, hidden_states=hidden,
                                                    finished_req_ids=set())
-        return GPUModelRunner.pool(fake).get_output()
+        output = CPUModelRunner.pool(fake)
+        return output.get_output() if hasattr(output, "get_output") else output
 
     return run
 
