@@ -35,7 +35,7 @@ def test_real_config_forcing_mrv2_without_triton(real_config, minilm, tiny_qwen3
 
 
 def test_without_triton_pooling_models_run_mrv2_natively(monkeypatch, triton):
-    """Patch 0008: MRV2's input preparation has torch-native kernels, so a
+    """Patch 0008: MRV2's input preparation has native CPU kernels, so a
     pooling model keeps MRV2 where Triton has no backend (the base fell back
     to V1 here)."""
     triton(False)
