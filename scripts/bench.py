@@ -231,7 +231,10 @@ def open_engine(name: str, model, **kwargs) -> tuple[object, dict]:
     info.update(runner=runner_in_use(llm), requested=spec["want"], open_seconds=opened,
                 triton_interpret_requested=spec["triton_interpret"],
                 runner_env=spec["runner"])
-    info["runner_as_requested"] = info["runner"] == spec["want"]
+    # As asked: the runner, and for MRV2 how it prepared inputs (interpreter or native).
+    info["runner_as_requested"] = info["runner"] == spec["want"] and (
+        spec["want"] != "MRV2"
+        or info["triton_via_interpreter"] == spec["triton_interpret"])
     return llm, info
 
 

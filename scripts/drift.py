@@ -807,6 +807,10 @@ def _releases_arg(value: str | None, base_version: str, pip_args: tuple[str, ...
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m scripts.drift [check|test-upstream]``: the drift report
+    (exit 1 when a patch conflicts, 2 when a target cannot be prepared), or
+    each patch's unit tests on the unpatched releases (exit 0; the result is
+    printed, Applied-Upstream is written by a maintainer)."""
     parser = argparse.ArgumentParser(prog="python -m scripts.drift", description=__doc__.split("\n")[0])
     parser.add_argument("cmd", nargs="?", default="check", choices=("check", "test-upstream"))
     parser.add_argument("--upstream", type=Path, help="an upstream source tree (holding vllm/)")
@@ -826,10 +830,18 @@ def main(argv: list[str] | None = None) -> int:
             releases = _releases_arg(args.releases or "all", base.version, ())
             result = test_upstream(releases, mapping, args.ref)
             print(json.dumps(result, indent=2))
-            print("\npatch: first release whose unpatched sources pass all its tests")
+            print("\npatch: releases whose unpatched sources pass all its tests "
+                  "(first release from which every later one passes)")
             for p in mapping:
-                first = next((v for v in result if all(s == "passed" for s in result[v][p].values())), None)
-                print(f"  {p}: {first or 'none'}")
+                if not mapping[p]:
+                    print(f"  {p}: no tests")
+                    continue
+                passing = [v for v in result if result[v][p]
+                           and all(s == "passed" for s in result[v][p].values())]
+                versions = list(result)
+                since = next((v for i, v in enumerate(versions)
+                              if all(w in passing for w in versions[i:])), None)
+                print(f"  {p}: {', '.join(passing) or 'none'} (from every release on: {since or 'none'})")
             return 0
         series = read_series(args.patches / "series")
         default = "all" if args.upstream is None else "none"

@@ -345,6 +345,8 @@ def test_lint_checks_applied_upstream(patches_dir):
 #   models included): upstream.
 # - 0008 builds on 0003's PoolingRunner and on block_table/input_batch code
 #   upstream changed: conflicts.
+# - 0009 changes our 0003's pooling metadata and AsyncPoolingOutput, and the
+#   model runner's imports upstream rewrote: conflicts.
 RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 C, A, O, U = "conflicts", "applies", "obsolete", "upstream"
 EXPECTED = {
@@ -356,6 +358,7 @@ EXPECTED = {
     "0006-late-interaction-release-unscheduled-docs.patch": [C, C, C, C, C, C, C, C],
     "0007-pooling-models-default-to-mrv2.patch": [C, C, C, U, U, U, U, U],
     "0008-mrv2-native-input-preparation.patch": [C, C, C, C, C, C, C, C],
+    "0009-mrv2-cpu-pooling-output-handoff.patch": [C, C, C, C, C, C, C, C],
 }
 
 

@@ -196,6 +196,8 @@ else:
             # token plus drafts for requests past their prefill.
             nc = triton_side.rs.num_computed_tokens.gpu.numpy()
             order = [r for r in prefill if rng.random() < 0.8]
+            if step == 3:
+                order = []  # a step with no request of this state (e.g. all aborted)
             rng.shuffle(order)
             idx, lens, logits = [], [], []
             budget = MAX_TOKENS - 8

@@ -23,9 +23,10 @@ import vllm.config.vllm as vllm_config_module
 from vllm.config.vllm import VllmConfig
 
 
-def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False):
+def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False, mrope=False, xdrope=0):
     return SimpleNamespace(architectures=[arch], runner_type=runner_type, is_moe=moe,
-                           is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False)
+                           is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False,
+                           uses_mrope=mrope, uses_xdrope_dim=xdrope)
 
 
 class ConfigStandIn(SimpleNamespace):
@@ -49,8 +50,9 @@ class ConfigStandIn(SimpleNamespace):
         return []
 
 
-def stand_in(model_config):
-    return ConfigStandIn(model_config=model_config, speculative_config=None)
+def stand_in(model_config, dcp: int = 1):
+    return ConfigStandIn(model_config=model_config, speculative_config=None,
+                         parallel_config=SimpleNamespace(decode_context_parallel_size=dcp))
 
 
 # (case, model config stand-in, default MRV2 now, on the base)
@@ -149,7 +151,8 @@ def full_stand_in(chunked: bool, prefix_caching: bool):
     config.compilation_config = SimpleNamespace(mode=None, pass_config=SimpleNamespace(enable_sp=False))
     config.parallel_config = SimpleNamespace(
         prefill_context_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1,
-        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False)
+        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False,
+        decode_context_parallel_size=1)
     config.ec_transfer_config = config.reasoning_config = None
     return config
 

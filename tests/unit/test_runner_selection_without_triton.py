@@ -44,6 +44,35 @@ def test_without_triton_pooling_models_run_mrv2_natively(monkeypatch, triton):
         assert stand_in(model(arch, "pooling")).use_v2_model_runner is True
 
 
+@pytest.mark.parametrize(("case", "config"), [
+    ("M-RoPE (Qwen2-VL / ColQwen3 embedding)", lambda: stand_in(model("ColQwen3", "pooling", mrope=True))),
+    ("XD-RoPE", lambda: stand_in(model("HunYuanVLForConditionalGeneration", "pooling", xdrope=4))),
+    ("decode context parallelism", lambda: stand_in(model("Qwen3ForCausalLM", "pooling"), dcp=2)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_without_triton_pooling_models_needing_other_kernels_fall_back_to_v1(monkeypatch, triton, case, config):
+    """Only the input-preparation kernels have native versions: a pooling
+    model whose steps need another Triton kernel (M-RoPE/XD-RoPE positions,
+    decode context parallelism) keeps the base behaviour, V1. (Hybrid models
+    never default to MRV2, with or without Triton.)"""
+    triton(False)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    config = config()
+    assert config._is_default_v2_model_runner_model() is True
+    assert config._v2_model_runner_runs_without_triton() is False
+    assert config.use_v2_model_runner is False
+    triton(True)
+    assert config.use_v2_model_runner is True
+
+
+def test_without_triton_forcing_mrv2_for_a_hybrid_pooling_model_fails(monkeypatch, triton):
+    triton(False)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    config = full_stand_in(False, False)
+    config.model_config.is_hybrid = True
+    with pytest.raises(ValueError, match="requires Triton"):
+        config._validate_v2_model_runner()
+
+
 def test_without_triton_generation_models_fall_back_to_v1(monkeypatch, triton):
     """Generation keeps the base behaviour: V1, with upstream's warning."""
     triton(False)
@@ -64,7 +93,7 @@ def test_forcing_mrv2_without_triton(monkeypatch, triton, runner_type, raises):
     config = full_stand_in(False, False)
     config.model_config.runner_type = runner_type
     if raises:
-        with pytest.raises(ValueError, match="requires Triton for generation models.*"
+        with pytest.raises(ValueError, match="requires Triton for this model.*"
                                              "VLLM_USE_V2_MODEL_RUNNER=0"):
             config._validate_v2_model_runner()
     else:
