@@ -163,32 +163,10 @@ def test_configured_task_mrv2_cannot_serve_fails_at_construction():
 
 
 def test_metadata_for_a_mixed_batch():
-    runner, pooler = make_runner("decoder")
-    # slot 5: embed, finishing (3 of 3 tokens); slot 0: classify (needs token
-    # ids), 2 more of 6 after 4 computed -> finishing; slot 2: raw embed, first
-    # chunk of 4 of 10 -> not finished.
-    runner.add_request("a", 5, PoolingParams(task="embed"), [1, 2, 3])
-    runner.add_request("b", 0, PoolingParams(task="classify"), [4, 5, 6, 7, 8, 9])
-    runner.add_request("c", 2, PoolingParams(task="embed", use_activation=False), list(range(10)))
-    states = req_states({5: 3, 0: 6, 2: 10})
-    step = batch([5, 0, 2], [3, 2, 4], [0, 4, 0], ["a", "b", "c"])
-    hidden = torch.arange(9 * 2, dtype=torch.float32).reshape(9, 2)
-
-    out, finished = runner.pool(hidden, step, states)
-
-    assert finished == [True, True, False]
-    torch.testing.assert_close(out, hidden[[2, 4, 8]])
-    (seen_hidden, meta), = pooler.calls
-    assert seen_hidden.shape == (9, 2)
-    assert meta.prompt_lens.tolist() == [3, 6, 10]
-    assert [p.task for p in meta.pooling_params] == ["embed", "classify", "embed"]
-    assert [p.use_activation for p in meta.pooling_params] == [None, None, False]
-    assert meta.pooling_params[1].requires_token_ids and not meta.pooling_params[0].requires_token_ids
-    cursor = meta.get_pooling_cursor()
-    assert cursor.first_token_indices_gpu.tolist() == [0, 3, 5]
-    assert cursor.last_token_indices_gpu.tolist() == [2, 4, 8]
-    assert cursor.seq_lens_cpu.tolist() == [3, 6, 4]
-    assert cursor.is_finished().tolist() == [True, True, False]
+    """Our PoolingRunner's details beyond test_behaviour_pooler_runs_on_a_mixed_batch:
+    the cursor's finished flags, token ids padded with the vocabulary size."""
+    _, meta, _, _ = pool_mixed_batch(("embed", "classify", "token_classify"))
+    assert meta.get_pooling_cursor().is_finished().tolist() == [True, True, False]
     # token ids only for the request that asked, padded with the vocab size
     assert meta.prompt_token_ids_cpu.tolist() == [
         [VOCAB] * 10, [4, 5, 6, 7, 8, 9] + [VOCAB] * 4, [VOCAB] * 10]
@@ -240,24 +218,31 @@ def test_behaviour_configured_task_mrv2_cannot_serve_fails_at_construction():
     assert "'plugin'" in str(e.value) and "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
 
 
-def test_behaviour_pooler_runs_on_a_mixed_batch():
-    """Patch 0003: the model's own pooler runs on the step, with each request's
-    params (pooler updates applied), prompt lengths, token positions, token
-    ids for the requests that need them; finished = whole prompt computed."""
-    runner, pooler = make_runner("decoder", tasks=("embed", "classify"))
+def pool_mixed_batch(tasks):
+    """One decoder step over three requests: slot 5 embed, finishing (3 of 3
+    tokens); slot 0 classify (needs token ids), 2 more of 6 after 4 computed,
+    finishing; slot 2 raw embed, first chunk of 4 of 10, not finished.
+    Returns (pooler output, the metadata the pooler saw, finished, hidden)."""
+    runner, pooler = make_runner("decoder", tasks=tasks)
     runner.add_request("a", 5, PoolingParams(task="embed"), [1, 2, 3])
     runner.add_request("b", 0, PoolingParams(task="classify"), [4, 5, 6, 7, 8, 9])
     runner.add_request("c", 2, PoolingParams(task="embed", use_activation=False), list(range(10)))
     states = req_states({5: 3, 0: 6, 2: 10})
     step = batch([5, 0, 2], [3, 2, 4], [0, 4, 0], ["a", "b", "c"])
     hidden = torch.arange(9 * 2, dtype=torch.float32).reshape(9, 2)
-
     out, finished = runner.pool(hidden, step, states)
-
-    assert list(finished) == [True, True, False]
-    torch.testing.assert_close(out, hidden[[2, 4, 8]])  # the pooler's output, unchanged
     (seen_hidden, meta), = pooler.calls
     torch.testing.assert_close(seen_hidden, hidden)
+    return out, meta, finished, hidden
+
+
+def test_behaviour_pooler_runs_on_a_mixed_batch():
+    """Patch 0003: the model's own pooler runs on the step, with each request's
+    params (pooler updates applied), prompt lengths, token positions, token
+    ids for the requests that need them; finished = whole prompt computed."""
+    out, meta, finished, hidden = pool_mixed_batch(("embed", "classify"))
+    assert list(finished) == [True, True, False]
+    torch.testing.assert_close(out, hidden[[2, 4, 8]])  # the pooler's output, unchanged
     assert meta.prompt_lens.tolist() == [3, 6, 10]
     assert [p.task for p in meta.pooling_params] == ["embed", "classify", "embed"]
     assert [p.use_activation for p in meta.pooling_params] == [None, None, False]
