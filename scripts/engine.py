@@ -80,18 +80,6 @@ def runner_in_use(llm) -> str:
     raise RuntimeError(f"unknown model runner {name}")
 
 
-def use_triton_interpreter_if_needed() -> bool:
-    """Set ``TRITON_INTERPRET=1`` when Triton has no backend for this machine
-    (no CUDA device, no triton-cpu), so MRV2 runs its Triton kernels under
-    Triton's interpreter (patch 0001) instead of the native path (patch 0008).
-    Call it before vLLM is imported: vLLM decides ``HAS_TRITON`` at import.
-    Returns whether the interpreter is in use; an explicit ``TRITON_INTERPRET``
-    in the environment is left as it is."""
-    if "TRITON_INTERPRET" not in os.environ and expected_input_preparation() == "native":
-        os.environ["TRITON_INTERPRET"] = "1"
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
 def input_preparation_kind(worker) -> str:
     """Runs in the worker: how its MRV2 runner prepares step inputs —
     ``"native"`` (patch 0008's torch kernels, no usable Triton),
