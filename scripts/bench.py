@@ -137,9 +137,9 @@ def worker_probe(worker) -> dict:
     from vllm.triton_utils import importing
 
     try:
-        from vllm.v1.worker.gpu import native_kernels
+        from vllm.v1.worker.cpu import input_preparation
 
-        native = bool(native_kernels.USE_NATIVE_INPUT_PREP)
+        native = input_preparation.installed()
     except ImportError:
         native = None  # a series without patch 0008
     return {"runner_class": runner_class(worker), "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),

@@ -82,13 +82,13 @@ def runner_in_use(llm) -> str:
 
 def input_preparation_kind(worker) -> str:
     """Runs in the worker: how its MRV2 runner prepares step inputs —
-    ``"native"`` (patch 0008's torch kernels, no usable Triton),
+    ``"native"`` (patch 0008's native CPU kernels, no usable Triton),
     ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
     ``"triton"`` (compiled Triton kernels)."""
     from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
-    from vllm.v1.worker.gpu import native_kernels
+    from vllm.v1.worker.cpu import input_preparation
 
-    if native_kernels.USE_NATIVE_INPUT_PREP:
+    if input_preparation.installed():
         return "native"
     return "triton-interpreter" if TRITON_VIA_INTERPRETER else "triton"
 
