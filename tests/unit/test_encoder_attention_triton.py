@@ -54,7 +54,6 @@ else:
     # The CPU worker's set-up (pinned memory, UVA buffers as host tensors).
     import vllm.v1.worker.cpu.shm  # noqa: F401
     from vllm.config.compilation import CUDAGraphMode
-    from vllm.model_executor.layers.attention import EncoderOnlyAttention
     from vllm.model_executor.layers.attention.encoder_only_attention import (
         create_encoder_only_attention_backend,
     )
@@ -70,31 +69,17 @@ else:
     @pytest.fixture(scope="module")
     def state_and_layers():
         """all-MiniLM-L6-v2's real config; two encoder-only layers on the
-        Triton backend (made without their __init__, which needs an engine,
-        carrying what it sets); the model state MRV2 picks for them."""
-        from vllm.engine.arg_utils import EngineArgs
+        Triton backend; the model state MRV2 picks for them."""
         from vllm.v1.worker.gpu.model_states import init_model_state
         from vllm.v1.worker.gpu.model_states.encoder_only import EncoderOnlyModelState
 
-        from scripts.models import minilm_path
+        from tests.unit.stand_ins import encoder_only_model, minilm_engine_config
 
-        config = EngineArgs(model=str(minilm_path()), runner="pooling").create_engine_config()
-        backend = create_encoder_only_attention_backend(TritonAttentionBackend)
-        model = torch.nn.Module()
-        model.layers = torch.nn.ModuleList()
-        for name in LAYERS:
-            attn = EncoderOnlyAttention.__new__(EncoderOnlyAttention)
-            torch.nn.Module.__init__(attn)
-            attn.attn_type = "encoder_only"
-            attn.layer_name = name
-            attn.num_heads = attn.num_kv_heads = HEADS
-            attn.head_size = HEAD_SIZE
-            attn.kv_sharing_target_layer_name = None
-            attn.attn_backend = backend
-            attn.impl = TritonAttentionImpl(HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, HEADS, None, None, "auto",
-                                            attn_type=AttentionType.ENCODER_ONLY)
-            config.compilation_config.static_forward_context[name] = attn
-            model.layers.append(attn)
+        config = minilm_engine_config()
+        model = encoder_only_model(
+            config, create_encoder_only_attention_backend(TritonAttentionBackend), LAYERS, HEADS, HEAD_SIZE,
+            impl=lambda: TritonAttentionImpl(HEADS, HEAD_SIZE, HEAD_SIZE**-0.5, HEADS, None, None, "auto",
+                                             attn_type=AttentionType.ENCODER_ONLY))
         state = init_model_state(config, model, None, CPU)
         assert isinstance(state, EncoderOnlyModelState)
         return state, list(model.layers)

@@ -38,13 +38,14 @@ import torch
 # The CPU worker's set-up (pinned memory and UVA buffers as plain host tensors).
 import vllm.v1.worker.cpu.shm  # noqa: F401
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
-from vllm.model_executor.layers.attention import EncoderOnlyAttention
 from vllm.model_executor.layers.attention.encoder_only_attention import (
     create_encoder_only_attention_backend,
 )
 from vllm.v1.attention.backend import AttentionBackend, AttentionCGSupport, AttentionMetadataBuilder
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.worker.gpu.attn_utils import AttentionCGSupportInfo
+
+from tests.unit.stand_ins import encoder_only_model, forget_layers, minilm_engine_config
 
 S = AttentionCGSupport
 M = CUDAGraphMode
@@ -101,52 +102,17 @@ def stand_in_backend(support: AttentionCGSupport) -> type[AttentionBackend]:
     return create_encoder_only_attention_backend(StandInBackend)
 
 
-class EncoderOnlyModel(torch.nn.Module):
-    """Two ``EncoderOnlyAttention`` layers with MiniLM's head shape, made
-    without their __init__ (which needs a whole engine context) but carrying
-    what it sets and registered where it registers them (the config's static
-    forward context)."""
-
-    def __init__(self, vllm_config, backend):
-        super().__init__()
-        self.layers = torch.nn.ModuleList()
-        for name in LAYERS:
-            attn = EncoderOnlyAttention.__new__(EncoderOnlyAttention)
-            torch.nn.Module.__init__(attn)
-            attn.attn_type = "encoder_only"
-            attn.layer_name = name
-            attn.num_heads = attn.num_kv_heads = 12
-            attn.head_size = 32
-            attn.kv_sharing_target_layer_name = None
-            attn.attn_backend = backend
-            vllm_config.compilation_config.static_forward_context[name] = attn
-            self.layers.append(attn)
-
-
 @pytest.fixture(scope="module")
 def minilm_config():
-    """all-MiniLM-L6-v2's VllmConfig as an engine builds it."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    from scripts.models import minilm_path
-
-    config = EngineArgs(model=str(minilm_path()), runner="pooling").create_engine_config()
-    assert config.model_config.attn_type == "encoder_only"
-    return config
+    return minilm_engine_config()
 
 
 @pytest.fixture
 def encoder_model(minilm_config):
-    """``encoder_model(support)``: the config with an encoder-only model whose
-    backend reports ``support``; the layers leave the config afterwards."""
-    context = minilm_config.compilation_config.static_forward_context
-
-    def make(support):
-        return EncoderOnlyModel(minilm_config, stand_in_backend(support))
-
-    yield make
-    for name in LAYERS:
-        context.pop(name, None)
+    """``encoder_model(support)``: two encoder-only layers with MiniLM's head
+    shape whose backend reports ``support``; they leave the config afterwards."""
+    yield lambda support: encoder_only_model(minilm_config, stand_in_backend(support), LAYERS)
+    forget_layers(minilm_config, LAYERS)
 
 
 def request_mode(config, mode: CUDAGraphMode) -> None:

@@ -31,6 +31,8 @@ from vllm.model_executor.layers.pooler.special import DispatchPooler
 from vllm.pooling_params import PoolingParams
 from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
+from tests.unit.stand_ins import minilm_engine_config
+
 DEVICE = torch.device("meta")
 HIDDEN = 384  # all-MiniLM-L6-v2
 MAX_REQS = 8
@@ -38,11 +40,26 @@ MAX_REQS = 8
 
 @pytest.fixture(scope="module")
 def minilm_config():
-    from vllm.engine.arg_utils import EngineArgs
+    return minilm_engine_config()
 
-    from scripts.models import minilm_path
 
-    return EngineArgs(model=str(minilm_path()), runner="pooling").create_engine_config()
+def host_to_device(data, device, dtype=None):
+    """vLLM's ``async_tensor_h2d`` as it is where there is a device
+    (``vllm/utils/torch_utils.py``): a host tensor copied to ``device``."""
+    if isinstance(data, np.ndarray):
+        data = torch.from_numpy(data)
+    host = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype)
+    return host.to(device=device, dtype=dtype, non_blocking=True)
+
+
+@pytest.fixture(autouse=True)
+def device_copies(monkeypatch):
+    """The CPU worker's set-up (``vllm/v1/worker/cpu/shm.py``, which other
+    test modules of this process import) replaces vLLM's host-to-device copy
+    with one that stays on the host; the poolers get the device's back."""
+    import vllm.model_executor.layers.pooler.seqwise.methods as seqwise
+
+    monkeypatch.setattr(seqwise, "async_tensor_h2d", host_to_device)
 
 
 class Recording(torch.nn.Module):
