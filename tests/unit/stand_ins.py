@@ -18,8 +18,10 @@ def minilm_engine_config():
     return config
 
 
-def encoder_only_model(vllm_config, backend, names, heads=12, head_size=32, impl=None) -> torch.nn.Module:
-    """A module holding one ``EncoderOnlyAttention`` per name in ``names``,
+def encoder_only_model(vllm_config, backend, names, heads=12, head_size=32, impl=None,
+                       model: torch.nn.Module | None = None) -> torch.nn.Module:
+    """``model`` (a new ``torch.nn.Module`` by default) holding one
+    ``EncoderOnlyAttention`` per name in ``names``,
     made without its __init__ (which needs a whole engine context) but
     carrying what it sets (``attn_type``, head counts and size, ``backend``,
     ``impl()`` when given) and registered where it registers itself: under its
@@ -27,7 +29,7 @@ def encoder_only_model(vllm_config, backend, names, heads=12, head_size=32, impl
     ``forget_layers``."""
     from vllm.model_executor.layers.attention import EncoderOnlyAttention
 
-    model = torch.nn.Module()
+    model = torch.nn.Module() if model is None else model
     model.layers = torch.nn.ModuleList()
     for name in names:
         attn = EncoderOnlyAttention.__new__(EncoderOnlyAttention)
