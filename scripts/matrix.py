@@ -303,10 +303,9 @@ def main(argv=None) -> int:
     if args.list:
         print("\n".join([c.id for c in CASES] + ROW_IDS))
         return 0
-    cases = [c for c in CASES if args.cases is None or c.id in args.cases.split(",")]
-    real = [r for r in ROW_IDS if args.rows is None or r in args.rows.split(",")]
-    if args.cases is not None and args.rows is None:
-        real = []
+    everything = args.cases is None and args.rows is None
+    cases = [c for c in CASES if everything or c.id in (args.cases or "").split(",")]
+    real = [r for r in ROW_IDS if everything or r in (args.rows or "").split(",")]
     unknown = set((args.cases or "").split(",")) - {c.id for c in CASES} - {""}
     if unknown or (args.rows and set(args.rows.split(",")) - set(ROW_IDS)):
         print(f"error: unknown ids {sorted(unknown) or args.rows}; see --list", file=sys.stderr)
@@ -324,7 +323,7 @@ def main(argv=None) -> int:
     for row_id in real:
         print(f"[real] {row_id}", flush=True)
         rows.append(run_row(row_id))
-    selections = matrix_report.selector_rows() if args.cases is None else []
+    selections = matrix_report.selector_rows() if everything else []
     wall = time.perf_counter() - start
     matrix_report.write(rows, selections, wall)
     failed = [r for r in rows + selections if not r.passed]
