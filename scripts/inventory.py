@@ -50,7 +50,6 @@ NOT_INSTANTIABLE: dict[str, str] = {
     "terratorch:Terratorch": "needs the terratorch package (not installed) and its geospatial checkpoints",
     "qwen3_asr_forced_aligner:Qwen3ASRForcedAlignerForTokenClassification": PROCESSOR.format(
         "Qwen3-ASR audio processor and Qwen tokenizer"),
-    "clip:CLIPEmbeddingModel": PROCESSOR.format("CLIP BPE tokenizer"),
     "siglip:SiglipEmbeddingModel": PROCESSOR.format("SigLIP SentencePiece tokenizer"),
     "colpali:ColPaliModel": PROCESSOR.format("PaliGemma tokenizer with <image> and location tokens"),
     "colmodernvbert:ColModernVBertForRetrieval": PROCESSOR.format("Idefics3-style processor"),

@@ -37,7 +37,7 @@ from scripts.base import REPO
 from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
                             hf_forward, input_preparation, l2_normalize, open_llm, rowwise_cosine,
                             runner_in_use, select_runner, st_embed)
-from scripts.matrix_rows import CASES, PAIRS, PROMPTS, Case
+from scripts.matrix_rows import CASES, Case, inputs
 from scripts.models import minilm_path, sts_test
 from scripts.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
 
@@ -134,7 +134,7 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
     model = refs = None
     try:
         model = case.make(MODELS / (case.checkpoint or case.id))
-        refs = {t.name: t.reference(model, PAIRS if t.inputs == "pairs" else PROMPTS) for t in case.tasks}
+        refs = {t.name: t.reference(model, inputs(t.inputs)) for t in case.tasks}
     except Exception as e:
         traceback.print_exc()
         setup_error = f"checkpoint or reference: {type(e).__name__}: {e}"
@@ -158,8 +158,8 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
             default_task = llm.pooling_task
             for t in case.tasks:
                 try:
-                    use_task(llm, default_task if t.name == "score" else t.name)
-                    got = t.run(llm, PAIRS if t.inputs == "pairs" else PROMPTS)
+                    use_task(llm, default_task if t.name == "score" else t.name.split(" ")[0])
+                    got = t.run(llm, inputs(t.inputs))
                     value = max_abs_error(got, refs[t.name])
                     bad = None if value <= t.tolerance else f"max abs error {value:.3g} > {t.tolerance:g}"
                     results[t.name] = (value, wrong or bad)

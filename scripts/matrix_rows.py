@@ -22,7 +22,7 @@ import numpy as np
 
 from scripts import references as ref
 from scripts.models import make_tiny_colbert, sts_test
-from scripts.zoo import make_custom, make_hf
+from scripts.zoo import make_clip, make_custom, make_hf
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
             "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
@@ -81,6 +81,17 @@ PROMPTS = _sentences()
 PAIRS = [(sts_test().first[20], d) for d in sts_test().second[20:24]]
 
 
+def inputs(kind: str) -> list:
+    """The inputs of a task kind: ``texts`` (PROMPTS), ``pairs`` (PAIRS),
+    ``short texts`` (three, within CLIP's 77 positions) or ``images`` (three
+    random 32x32 RGB images)."""
+    if kind == "images":
+        return ref.images(3)
+    if kind == "short texts":
+        return [s.lower() for s in PROMPTS[:3]]
+    return {"texts": PROMPTS, "pairs": PAIRS}[kind]
+
+
 def _arrays(xs) -> list[np.ndarray]:
     return [np.atleast_1d(np.asarray(x, dtype=np.float32)) for x in xs]
 
@@ -89,14 +100,24 @@ def run_embed(llm, prompts):
     return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False))
 
 
+def run_mm_embed(llm, items):
+    """``LLM.embed`` of texts and images (an image alone: empty prompt plus ``multi_modal_data``)."""
+    prompts = [x if isinstance(x, str) else {"prompt": "", "multi_modal_data": {"image": x}} for x in items]
+    return run_embed(llm, prompts)
+
+
 def run_classify(llm, prompts):
     return _arrays(o.outputs.probs for o in llm.classify(prompts, use_tqdm=False))
 
 
-def run_encode(task: str):
+def run_encode(task: str, **params):
+    """``LLM.encode`` with ``pooling_task=task`` and ``PoolingParams(**params)``."""
     def run(llm, prompts):
+        from vllm import PoolingParams
+
+        pp = PoolingParams(**params) if params else None
         return _arrays(o.outputs.data.float().numpy()
-                       for o in llm.encode(prompts, pooling_task=task, use_tqdm=False))
+                       for o in llm.encode(prompts, pooling_params=pp, pooling_task=task, use_tqdm=False))
     run.__name__ = f"run_encode_{task}"
     return run
 
@@ -176,7 +197,8 @@ CASES: list[Case] = [
          model_cls="ModernBertModel", **modernbert), (EMBED_CLS, TOKEN_EMBED),
          MINILM + ", global layer 0, local layer 1 (window 8)"),
     Case("bert-mlm", "encoders", "BertForMaskedLM", partial(make_hf, config_cls="BertConfig",
-         model_cls="BertForMaskedLM"), (T("token_classify", ref.token_classify_mlm),), MINILM),
+         model_cls="BertForMaskedLM"), (T("token_classify", ref.mlm_logits, run_encode("token_classify", use_activation=False)),),
+         MINILM + ", raw logits (use_activation=False: a softmax over 30,522 hides errors)"),
     # --- cross-encoders
     Case("bert-cross", "cross-encoders", "BertForSequenceClassification", partial(
          make_hf, config_cls="BertConfig", model_cls="BertForSequenceClassification", num_labels=1),
@@ -256,6 +278,11 @@ CASES: list[Case] = [
          partial(make_tiny_colbert, backbone="modernbert"),
          (T("score", ref.late_interaction_score), T("token_embed", ref.colbert_tokens)),
          MINILM + ", projection to 32"),
+    # --- multimodal
+    Case("clip", "multimodal", "CLIPModel", make_clip,
+         (T("embed", ref.clip, inputs="short texts"), T("embed (image)", ref.clip, run_mm_embed, inputs="images")),
+         "text (character-level CLIP tokenizer built locally) and 32x32 images (CLIPImageProcessor)",
+         engine={"max_model_len": 77}, smoke=True),
     # --- the Transformers modeling backend
     Case("transformers-embed", "transformers backend", "TransformersEmbeddingModel", bert, (EMBED_CLS,),
          MINILM + ", model_impl=transformers", engine={"model_impl": "transformers"}, checkpoint="bert",

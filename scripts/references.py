@@ -188,9 +188,9 @@ def qwen3_reranker(model_dir, prompts, yes="yes", no="no"):
             for x in forward(model_dir, prompts, "AutoModelForCausalLM", "logits")]
 
 
-def token_classify_mlm(model_dir, prompts):
-    """Masked-LM per-token logits over the vocabulary through the activation (softmax)."""
-    return [activation(x) for x in forward(model_dir, prompts, "AutoModelForMaskedLM", "logits")]
+def mlm_logits(model_dir, prompts):
+    """Masked-LM per-token logits over the vocabulary (no activation)."""
+    return forward(model_dir, prompts, "AutoModelForMaskedLM", "logits")
 
 
 def bidirectional_classify(model_dir, prompts):
@@ -198,3 +198,32 @@ def bidirectional_classify(model_dir, prompts):
     last hidden states through the ``score`` head, then the activation."""
     w = _safetensors(model_dir)["score.weight"].numpy()
     return [activation(h.mean(axis=0) @ w.T) for h in forward(model_dir, prompts, bidirectional=True)]
+
+
+def images(n: int = 3, size: int = 32, seed: int = 0) -> list:
+    """``n`` deterministic random RGB images (PIL), ``size`` x ``size``."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def clip(model_dir, inputs):
+    """CLIP (transformers ``CLIPModel``): text prompts through
+    ``get_text_features``, images (PIL) through ``get_image_features`` with the
+    checkpoint's ``CLIPProcessor``; L2-normalised, as CLIP's similarity uses them."""
+    import transformers
+
+    torch = _torch()
+    processor = transformers.CLIPProcessor.from_pretrained(str(model_dir))
+    model = transformers.CLIPModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    with torch.inference_mode():
+        for x in inputs:
+            if isinstance(x, str):
+                f = model.get_text_features(**processor(text=[x], return_tensors="pt"))
+            else:
+                f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
+            f = getattr(f, "pooler_output", f)
+            out.append(l2(f[0].numpy()))
+    return out

@@ -152,3 +152,51 @@ def make_custom(dest: Path, config_cls: str, backbone_cls: str, *, architectures
             torch.save({k: rand(s) for k, s in tensors.items()}, tmp / name)
 
     return _build(dest, write, tokenizer)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2/CLIP's byte-to-printable-character table (the BPE alphabet)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len([x for x in cs if x >= 256]))
+    return dict(zip(bs, map(chr, cs)))
+
+
+def make_clip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int = 0) -> Path:
+    """A random-weight ``CLIPModel`` (text and vision towers: 2 layers, hidden
+    128, heads of 64, projection 128 (vLLM's CLIP needs projection_dim >= the
+    text hidden size, as every published CLIP has); 32x32 images in 8x8 patches) with a
+    character-level CLIP tokenizer (the byte alphabet, each character also
+    with CLIP's ``</w>`` word end, no merges; ``<|startoftext|>`` and
+    ``<|endoftext|>`` last) and a ``CLIPImageProcessor`` for that size, saved
+    as a ``CLIPProcessor``. All built locally."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    import transformers
+
+    chars = list(_bytes_to_unicode().values())
+    vocab = {t: i for i, t in enumerate(chars + [c + "</w>" for c in chars])}
+    vocab.update({"<|startoftext|>": len(vocab), "<|endoftext|>": len(vocab) + 1})
+    tok = transformers.CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
+    size = {"height": image_size, "width": image_size}
+    processor = transformers.CLIPProcessor(
+        image_processor=transformers.CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size=size),
+        tokenizer=tok)
+    tower = dict(SMALL)
+    config = transformers.CLIPConfig(
+        text_config=dict(tower, vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=len(vocab) - 2,
+                         eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1),
+        vision_config=dict(tower, image_size=image_size, patch_size=patch_size), projection_dim=128)
+    torch.manual_seed(seed)
+    model = transformers.CLIPModel(config).to(torch.float32).eval()
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    os.replace(tmp, dest)
+    return dest
