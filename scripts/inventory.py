@@ -168,7 +168,8 @@ def inventory(selections: dict[str, tuple[str, str | None]] | None = None) -> li
         cases.setdefault(impl, []).append(c.id)
         if source == "adapter":
             names, sources = groups.get(impl, ((), ()))
-            groups[impl] = (tuple(dict.fromkeys(names + (c.architecture,))), tuple(dict.fromkeys(sources + ("adapter",))))
+            groups[impl] = (tuple(dict.fromkeys(names + (c.architecture,))),
+                            tuple(dict.fromkeys(sources + ("adapter",))))
     kept = {s.impl: s for s in SELECTOR_CASES}
     out = []
     for impl, (names, sources) in sorted(groups.items()):

@@ -197,7 +197,8 @@ CASES: list[Case] = [
          model_cls="ModernBertModel", **modernbert), (EMBED_CLS, TOKEN_EMBED),
          MINILM + ", global layer 0, local layer 1 (window 8)"),
     Case("bert-mlm", "encoders", "BertForMaskedLM", partial(make_hf, config_cls="BertConfig",
-         model_cls="BertForMaskedLM"), (T("token_classify", ref.mlm_logits, run_encode("token_classify", use_activation=False)),),
+         model_cls="BertForMaskedLM"),
+         (T("token_classify", ref.mlm_logits, run_encode("token_classify", use_activation=False)),),
          MINILM + ", raw logits (use_activation=False: a softmax over 30,522 hides errors)"),
     # --- cross-encoders
     Case("bert-cross", "cross-encoders", "BertForSequenceClassification", partial(

@@ -153,7 +153,8 @@ def reward(model_dir, prompts, step_tag_id=None, returned_token_ids=None):
 def splade(model_dir, prompts):
     """SPLADE (sentence-transformers' ``SpladePooling``, max): the masked-LM
     logits, log(1 + ReLU(x)), max over the tokens: one vocabulary-sized vector."""
-    return [np.log1p(np.maximum(x, 0)).max(axis=0) for x in forward(model_dir, prompts, "AutoModelForMaskedLM", "logits")]
+    logits = forward(model_dir, prompts, "AutoModelForMaskedLM", "logits")
+    return [np.log1p(np.maximum(x, 0)).max(axis=0) for x in logits]
 
 
 def _bgem3(model_dir, prompts):
