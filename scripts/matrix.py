@@ -299,6 +299,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", help="comma-separated real-weight/MTEB row ids (default: all)")
     parser.add_argument("--list", action="store_true", help="print the case and row ids and exit")
     parser.add_argument("--processes", action="store_true", help="engines in their own processes, as users run them")
+    parser.add_argument("--update", action="store_true",
+                        help="replace the rows run now in the existing reports, keep the others")
     args = parser.parse_args(argv)
     if args.list:
         print("\n".join([c.id for c in CASES] + ROW_IDS))
@@ -325,7 +327,7 @@ def main(argv=None) -> int:
         rows.append(run_row(row_id))
     selections = matrix_report.selector_rows() if everything else []
     wall = time.perf_counter() - start
-    matrix_report.write(rows, selections, wall)
+    matrix_report.write(rows, selections, wall, update=args.update)
     failed = [r for r in rows + selections if not r.passed]
     print(f"{len(rows) + len(selections) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

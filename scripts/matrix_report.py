@@ -117,11 +117,22 @@ def junit(rows: list[Row]) -> ET.ElementTree:
     return ET.ElementTree(suite)
 
 
-def write(rows: list[Row], selections: list[Row], wall: float, directory=None) -> None:
-    """Write the three reports and print the Markdown."""
+def write(rows: list[Row], selections: list[Row], wall: float, directory=None, update: bool = False) -> None:
+    """Write the three reports and print the Markdown. ``update``: the rows
+    replace those of the same id in the existing ``matrix.json`` (the others
+    and the selector verdicts are kept; the wall time adds up)."""
     directory = directory or REPORTS_DIR
     directory.mkdir(parents=True, exist_ok=True)
     rows = rows + selections
+    if update and (directory / "matrix.json").exists():
+        old = json.loads((directory / "matrix.json").read_text())
+        fresh = {r.id: r for r in rows}
+        merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"]]
+        rows = merged + list(fresh.values())
+        wall += old["wall_seconds"]
+        for e in old["inventory"]:
+            if e["status"] == "kept on V1" and e["impl"] not in SELECTIONS:
+                SELECTIONS[e["impl"]] = ("V1", e["reason"])
     entries = inventory(SELECTIONS)
     md = markdown(rows, entries, wall)
     (directory / "matrix.md").write_text(md)

@@ -162,10 +162,11 @@ DECODERS = {  # id: (registry name, maker)
     "qwen3": ("Qwen3ForCausalLM", decoder("Qwen3Config", "Qwen3ForCausalLM")),
     "llama": ("LlamaModel", decoder("LlamaConfig", "LlamaModel")),
     "mistral": ("MistralModel", decoder("MistralConfig", "MistralModel", sliding_window=4096)),
+    # Gemma ties its embeddings in every published checkpoint (vLLM's Gemma2 asserts it)
     "gemma2": ("Gemma2Model", decoder("Gemma2Config", "Gemma2Model", sliding_window=8,
-                                      query_pre_attn_scalar=64)),
+                                      query_pre_attn_scalar=64, tie_word_embeddings=True)),
     "gemma3": ("Gemma3TextModel", decoder("Gemma3TextConfig", "Gemma3TextModel", sliding_window=8,
-                                          query_pre_attn_scalar=64,
+                                          query_pre_attn_scalar=64, tie_word_embeddings=True,
                                           layer_types=["sliding_attention", "full_attention"])),
 }
 MORE_DECODERS = {  # last-token rows only
