@@ -167,13 +167,13 @@ def _bgem3(model_dir, prompts):
 
 def bgem3(model_dir, prompts, part):
     """BGE-M3 (FlagEmbedding's ``BGEM3FlagModel``) on an XLM-R backbone:
-    ``dense`` = CLS, normalised; ``sparse`` = ReLU(sparse_linear(h)) per token
-    without the first and last (special) tokens; ``colbert`` =
+    ``dense`` = CLS, normalised; ``sparse`` = ReLU(sparse_linear(h)), one
+    weight per token, without the first and last (special) tokens; ``colbert`` =
     colbert_linear(h) of every token but the first, normalised;
     ``dense+sparse`` = the two concatenated (vLLM's ``embed&token_classify``)."""
     out = []
     for h, sw, sb, cw, cb in _bgem3(model_dir, prompts):
-        dense, sp = l2(h[0]), np.maximum(h[1:-1] @ sw.T + sb, 0)
+        dense, sp = l2(h[0]), np.maximum(h[1:-1] @ sw.T + sb, 0)[:, 0]
         out.append({"dense": dense, "sparse": sp, "colbert": l2(h[1:] @ cw.T + cb),
                     "dense+sparse": np.concatenate([dense, sp.reshape(-1)])}[part])
     return out

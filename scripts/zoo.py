@@ -112,10 +112,14 @@ def make_hf(dest: Path, config_cls: str, model_cls: str, *, tokenizer: str = "mi
     config = {**base, "vocab_size": vocab(tokenizer), **config}
 
     def write(tmp: Path) -> None:
+        import json
+
         model = _model(config_cls, model_cls, seed, config)
-        if architectures:
-            model.config.architectures = architectures
         model.save_pretrained(tmp)
+        if architectures:  # save_pretrained writes the class name: set the registry name after it
+            cfg = json.loads((tmp / "config.json").read_text())
+            cfg["architectures"] = architectures
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
 
     return _build(dest, write, tokenizer)
 
