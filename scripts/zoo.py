@@ -194,8 +194,9 @@ def make_clip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int =
     tower = dict(SMALL)
     config = transformers.CLIPConfig(
         text_config=dict(tower, vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=len(vocab) - 2,
-                         eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1),
-        vision_config=dict(tower, image_size=image_size, patch_size=patch_size), projection_dim=128)
+                         eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1, projection_dim=128),
+        vision_config=dict(tower, image_size=image_size, patch_size=patch_size, projection_dim=128),
+        projection_dim=128)
     torch.manual_seed(seed)
     model = transformers.CLIPModel(config).to(torch.float32).eval()
     tmp = dest.with_name(dest.name + ".tmp")
