@@ -130,6 +130,7 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
     """Every (task, runner) row of ``case``: one engine per runner, every task
     through it. Never raises: a row that cannot run fails with its reason."""
     engine_env()
+    multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     rows: list[Row] = []
     model = refs = None
     try:
@@ -146,6 +147,11 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
         try:
             if refs is None:
                 raise RuntimeError(setup_error)
+            # The Transformers backend decorates transformers' model classes in the process that
+            # builds the model (vllm/compilation/decorators.py): keep that out of this process,
+            # whose references construct those classes.
+            if case.engine.get("model_impl") == "transformers":
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
             llm = open_llm(model, runner="default" if runner == case.default else "v1",
                            **{**ENGINE_DEFAULTS, **case.engine})
             ran = runner_in_use(llm)
@@ -172,6 +178,7 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
         finally:
             if llm is not None:
                 close(llm)
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
         seconds = (time.perf_counter() - start) / max(1, len(case.tasks))
         for t in case.tasks:
             value, reason = results[t.name]
@@ -325,7 +332,7 @@ def main(argv=None) -> int:
     for row_id in real:
         print(f"[real] {row_id}", flush=True)
         rows.append(run_row(row_id))
-    selections = matrix_report.selector_rows() if everything else []
+    selections = matrix_report.selector_rows() if everything or args.update else []
     wall = time.perf_counter() - start
     matrix_report.write(rows, selections, wall, update=args.update)
     failed = [r for r in rows + selections if not r.passed]

@@ -126,8 +126,11 @@ def write(rows: list[Row], selections: list[Row], wall: float, directory=None, u
     rows = rows + selections
     if update and (directory / "matrix.json").exists():
         old = json.loads((directory / "matrix.json").read_text())
+        from scripts.matrix import CASES, REAL
+
+        known = {c.id for c in CASES} | {s.id for s in SELECTOR_CASES} | set(REAL)
         fresh = {r.id: r for r in rows}
-        merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"]]
+        merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"] if r["id"].split("/")[0] in known]
         rows = merged + list(fresh.values())
         wall += old["wall_seconds"]
         for e in old["inventory"]:
