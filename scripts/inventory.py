@@ -180,6 +180,8 @@ def inventory(selections: dict[str, tuple[str, str | None]] | None = None) -> li
         if impl in kept:
             verdict = selections.get(impl)
             reason = (verdict[1] or "the selector gives no reason") if verdict else kept[impl].why
+            if verdict and verdict[0] != "V1":
+                reason = f"must stay on V1 ({kept[impl].why}), but the selector picked {verdict[0]}"
             out.append(Entry(impl, names, sources, "kept on V1", reason, tuple(cases.get(impl, ()))))
         elif impl in cases:
             out.append(Entry(impl, names, sources, "validated", None, tuple(cases[impl])))
