@@ -111,10 +111,12 @@ BENCH_ARGS ?=
 bench: install apply
 	$(PY) -m scripts.bench $(BENCH_ARGS)
 
-# The whole validation matrix; MATRIX_ROWS=id,id (python -m scripts.matrix --list) for a subset.
+# The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
+# (python -m scripts.matrix --list).
 MATRIX_ROWS ?=
+MATRIX_CASES ?=
 matrix: install apply
-	$(PY) -m scripts.matrix $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
+	$(PY) -m scripts.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
 
 # The series against newer upstream: every release after the base (wheels fetched
 # through pip, cached), or UPSTREAM=path (an upstream checkout; RELEASES=all adds

@@ -1,7 +1,7 @@
-"""MRV2's pooler-output hand-off on a GPU (patches 0003, 0009), run here with
-CPU stand-ins for CUDA's streams, events and device tensors.
+"""MRV2's pooler-output hand-off on a GPU (patch 0003), run here with CPU
+stand-ins for CUDA's streams, events and device tensors.
 
-``GPUModelRunner._pooling_output`` hands a step's pooler output to
+``GPUModelRunner.pool`` hands a step's pooler output to
 ``AsyncPoolingOutput`` (``vllm/v1/worker/gpu/async_utils.py``), which copies
 the finished requests' outputs to the host on the runner's output copy stream
 and records an event there; ``get_output()`` waits for that event. On the CPU
@@ -32,7 +32,6 @@ import torch
 import vllm.v1.worker.cpu.shm  # noqa: F401
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
-from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
 LOG: list[tuple] = []
 CURRENT = ["main"]
@@ -96,13 +95,13 @@ def cuda_stand_ins(monkeypatch):
 
 
 def hand_off(pooler_output, finished_mask):
-    """The runner's own hand-off (``GPUModelRunner._pooling_output``) with its
-    main stream and output copy stream."""
+    """The hand-off MRV2's ``GPUModelRunner.pool`` makes on a GPU
+    (``AsyncPoolingOutput``), with a main stream and an output copy stream."""
     req_ids = [f"r{i}" for i in range(len(finished_mask))]
     output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)})
-    runner = object.__new__(GPUModelRunner)
-    runner.__dict__.update(main_stream=Stream("main"), output_copy_stream=Stream("copy"))
-    return GPUModelRunner._pooling_output(runner, output, pooler_output, finished_mask)
+    return AsyncPoolingOutput(model_runner_output=output, pooler_output=pooler_output,
+                              finished_mask=finished_mask, main_stream=Stream("main"),
+                              copy_stream=Stream("copy"))
 
 
 def expected_log(num_copies: int) -> list[tuple]:

@@ -99,7 +99,7 @@ class StandInModel(torch.nn.Module):
 
 def device_runner(config, pooler) -> tuple[PoolingRunner, Recording]:
     recording = Recording(pooler)
-    return PoolingRunner(StandInModel(pooler=recording), config, DEVICE), recording
+    return PoolingRunner(StandInModel(pooler=recording), config), recording
 
 
 def step(prompts: list[list[int]], scheduled: list[int]):
