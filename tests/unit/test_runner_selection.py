@@ -36,6 +36,9 @@ class ConfigStandIn(SimpleNamespace):
     def _is_default_v2_model_runner_model(self):
         return VllmConfig._is_default_v2_model_runner_model(self)
 
+    def _v2_model_runner_not_default_reason(self):
+        return VllmConfig._v2_model_runner_not_default_reason(self)
+
     @property
     def use_v2_model_runner(self):
         return VllmConfig.use_v2_model_runner.fget(self)

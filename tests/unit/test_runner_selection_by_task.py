@@ -55,9 +55,10 @@ def warnings_of_vllm_config():
     logger = logging.getLogger("vllm.config.vllm")
     handler = Keep(level=logging.INFO)
     logger.addHandler(handler)
-    # warning_once remembers what it logged; each test must see its own line
-    from vllm.logger import _print_warning_once
+    # info_once / warning_once remember what they logged; each test must see its own line
+    from vllm.logger import _print_info_once, _print_warning_once
 
+    _print_info_once.cache_clear()
     _print_warning_once.cache_clear()
     yield records
     logger.removeHandler(handler)
@@ -109,3 +110,21 @@ def test_encoder_only_model_with_chunked_prefill_and_prefix_caching_flags_select
     config = real_config(minilm, "pooling", enable_chunked_prefill=True, enable_prefix_caching=True)
     assert config.use_v2_model_runner is True
     assert real_config(minilm, "pooling", env="1", enable_chunked_prefill=True).use_v2_model_runner is True
+
+
+@pytest.mark.parametrize(("kind", "reason"), [
+    ("moe", "MoE models outside its default allowlist (Qwen3MoeForCausalLM)"),
+    ("hybrid", "hybrid (attention and state-space) models"),
+    ("attention_free", "attention-free models"),
+])
+def test_models_that_do_not_default_to_mrv2_say_why(monkeypatch, warnings_of_vllm_config, kind, reason):
+    """Patch 0011: every model the selector keeps off MRV2 by default gets a log
+    line naming the reason (the base said nothing for hybrid, attention-free and
+    MoE models)."""
+    from tests.unit.test_runner_selection import model, stand_in
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    config = stand_in(model("Qwen3MoeForCausalLM", "pooling", **{kind: True}))
+    assert config.use_v2_model_runner is False
+    assert f"Model Runner V2 is not the default for {reason}; using the V1 model runner" \
+        " (VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)." in warnings_of_vllm_config
