@@ -30,7 +30,11 @@ rotating each round, one warm-up call each first; medians reported):
    sentence-transformers. For embed also the model's FLOPs over the
    sentences' real token counts (``minilm_flops``), the machine's fp32
    matmul rate measured in an engine's worker, achieved TFLOP/s and the
-   fraction of the matmul rate for each engine.
+   fraction of the matmul rate for each engine. Both: peak resident memory
+   (``VmHWM``) of each engine's worker and engine core (``peak_memory``;
+   the front end is the bench process, shared, left out) and of
+   sentence-transformers encoding the same sentences once in a process of
+   its own (``st_peak_memory``).
 2. ``colbert`` (the configurations of ``token_embed``): ``LLM.score`` with a
    tiny random ``HF_ColBERT`` model, one query and 1, 8, 64, 256, 1024
    documents: documents per second, the query
@@ -146,6 +150,61 @@ def worker_probe(worker) -> dict:
             "has_triton": bool(importing.HAS_TRITON),
             "triton_via_interpreter": bool(getattr(importing, "TRITON_VIA_INTERPRETER", False)),
             "native_input_prep": native, "torch_threads": torch.get_num_threads()}
+
+
+def _vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """Peak resident set size (``VmHWM`` of ``/proc/PID/status``) in MiB,
+    None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        return kib / 1024
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def peak_memory(worker=None) -> dict:
+    """Runs in an engine's worker: peak resident memory (MiB, ``VmHWM``
+    since the process started) of the worker and of its parent, the engine
+    core (``engine_core_title`` names that process), and their sum. The
+    engine's front end lives in the bench process, shared by every engine
+    and by sentence-transformers, and is left out."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/cmdline", "rb") as f:
+            title = f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        title = None
+    worker_mib, core_mib = _vm_hwm_mib(), _vm_hwm_mib(ppid)
+    total = worker_mib + core_mib if worker_mib is not None and core_mib is not None else None
+    return {"worker_mib": worker_mib, "engine_core_mib": core_mib, "engine_core_title": title,
+            "engine_mib": total}
+
+
+def st_peak_memory(model_dir: str, sentences: list[str], threads: int | None, task: str) -> dict:
+    """Runs in a fresh process (``_st_memory``): sentence-transformers loads
+    the model and encodes ``sentences`` once as the timed calls do (``task``
+    ``embed`` or ``token_embed``, batch 64, ``threads`` torch threads);
+    returns that process's peak resident memory in MiB."""
+    st_model = _st_model(model_dir, threads)
+    if task == "embed":
+        st_model.encode(sentences, batch_size=64, convert_to_numpy=True)
+    else:
+        st_model.encode(sentences, batch_size=64, output_value="token_embeddings")
+    return {"process_mib": _vm_hwm_mib()}
+
+
+def _st_memory(model_dir, sentences: list[str], threads: int | None, task: str) -> dict:
+    """``st_peak_memory`` in a spawned process of its own (the bench process
+    also holds the engines' front ends); ``{"error": ...}`` if it fails."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(st_peak_memory, str(model_dir), sentences, threads, task).result()
+    except Exception as e:  # noqa: BLE001 - reported, the figures still come
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def matmul_rate(worker=None, size: int = 2048, reps: int = 5) -> dict:
@@ -359,6 +418,8 @@ def bench_sentences(task: str, sentences: list[str], reps: int, bar, engines=tup
         times = interleaved(calls, reps, warmups, bar)
         result["runs"] = rates(times, len(sentences), sum(counts))
         result["ratios"] = ratios({n: r["per_s"] for n, r in result["runs"].items()})
+        result["memory"] = {name: llm.collective_rpc(peak_memory)[0] for name, llm in llms.items()}
+        result["memory"][ST] = _st_memory(model, sentences, threads, task)
         if task == "embed" and llms:
             (after,) = probe_llm.collective_rpc(matmul_rate)[:1]
             with open(model / "config.json") as f:

@@ -62,6 +62,9 @@ WAITING = re.compile(_fn("wait", "poll", "select", "sched_yield", "acquire_read"
 # (category, regex on one frame "function (file:line)"), first rule that
 # matches a frame wins, innermost frame first.
 CATEGORIES: list[tuple[str, str]] = [
+    ("attention metadata", _fn("prepare_attn", "build_attn_metadata", "prepare_dummy_attn",
+                               "_build_attention_metadata", "build_slot_mappings_by_layer",
+                               "CPUAttentionMetadataBuilder.build")),
     # the model's own arithmetic
     ("GEMM", _file("vllm/model_executor/layers/linear.py", "vllm/model_executor/layers/utils.py",
                    "torch/nn/modules/linear.py")),
@@ -78,9 +81,6 @@ CATEGORIES: list[tuple[str, str]] = [
                       "sentence_transformers/sentence_transformer/modules/pooling.py",
                       "sentence_transformers/sentence_transformer/modules/normalize.py")
      + "|" + _fn("GPUModelRunner._pool", "CPUModelRunner._pool", "GPUModelRunner.pool")),
-    ("attention metadata", _fn("prepare_attn", "build_attn_metadata", "prepare_dummy_attn",
-                               "_build_attention_metadata", "build_slot_mappings_by_layer",
-                               "CPUAttentionMetadataBuilder.build")),
     ("input preparation", _file("vllm/v1/worker/gpu/native_kernels.py", "vllm/v1/worker/gpu/input_batch.py",
                                 "vllm/v1/worker/gpu/states.py", "vllm/v1/worker/gpu/block_table.py",
                                 "vllm/v1/worker/gpu/buffer_utils.py", "vllm/v1/worker/gpu_input_batch.py")
