@@ -50,7 +50,7 @@ Outputs: ``reports/bench.json`` (with the machine's description),
 last (``scripts.bench_report``).
 
     python -m scripts.bench [--reps 3] [--colbert-reps 5] [--limit N] [--quick] [--sections embed,token_embed,colbert,overhead]
-                            [--all-engines] [--out reports]
+                            [--all-engines] [--engines v1,mrv2-interpreter,mrv2] [--out reports]
 """
 
 from __future__ import annotations
@@ -550,6 +550,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
     parser.add_argument("--all-engines", action="store_true",
                         help="every engine configuration in token_embed and colbert too (longer)")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated engine configurations to measure, of {tuple(ENGINES)} "
+                             "(default all; e.g. v1,mrv2 leaves out the slow interpreter)")
     parser.add_argument("--out", default=str(REPORTS), help="reports directory (default reports/)")
     parser.add_argument("--overhead-budget", type=float, default=0.6,
                         help="seconds of timing per overhead row (default 0.6)")
@@ -557,6 +560,9 @@ def main(argv=None) -> int:
     sections = [s for s in args.sections.split(",") if s]
     if unknown := set(sections) - set(SECTIONS):
         parser.error(f"unknown sections {sorted(unknown)}")
+    engines = [e for e in args.engines.split(",") if e]
+    if unknown := set(engines) - set(ENGINES):
+        parser.error(f"unknown engines {sorted(unknown)}")
     if args.quick:
         args.limit, args.reps, args.colbert_reps, args.overhead_budget = args.limit or 256, 1, 1, 0.1
 
@@ -577,12 +583,12 @@ def main(argv=None) -> int:
     sizes = OVERHEAD_SIZES if not args.quick else (1, 4, 16)
     results: dict = {"machine": machine(), "config": {
         "reps": args.reps, "colbert_reps": args.colbert_reps, "sentences": len(sentences), "doc_counts": doc_counts, "sections": sections,
-        "engines": ENGINES, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION, "quick": args.quick}}
+        "engines": {e: ENGINES[e] for e in engines}, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION, "quick": args.quick}}
     # embed: every configuration (issue 9); token_embed and colbert: V1 and one
     # MRV2, the native one where it runs MRV2, else the interpreter's
     # (--all-engines: every configuration everywhere).
-    later = list(ENGINES) if args.all_engines else ["v1", "mrv2"]
-    n_calls = {"embed": len(ENGINES) + 1, "token_embed": len(later) + 1,
+    later = [e for e in (list(ENGINES) if args.all_engines else ["v1", "mrv2"]) if e in engines]
+    n_calls = {"embed": len(engines) + 1, "token_embed": len(later) + 1,
                "colbert": len(later) * len(doc_counts)}
     reps = {"embed": args.reps, "token_embed": args.reps, "colbert": args.colbert_reps}
     total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
@@ -592,10 +598,12 @@ def main(argv=None) -> int:
     with tqdm(total=total, desc="bench", unit="call", dynamic_ncols=True) as bar:
         if "embed" in sections:
             bar.set_description("embed")
-            results["embed"] = _section("embed", bench_sentences, "embed", sentences, args.reps, bar)
+            results["embed"] = _section("embed", bench_sentences, "embed", sentences, args.reps, bar,
+                                        tuple(engines))
             native = (results["embed"].get("engines") or {}).get("mrv2", {})
             if not args.all_engines and native and not native.get("runner_as_requested", False):
-                later = ["v1", "mrv2-interpreter"]  # native MRV2 did not run MRV2 here
+                # native MRV2 did not run MRV2 here
+                later = [e for e in ("v1", "mrv2-interpreter") if e in engines]
                 bar.total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
         results["config"]["engines_after_embed"] = later
         if "token_embed" in sections:
