@@ -6,14 +6,12 @@ all-MiniLM-L6-v2 (mean pooling, normalised) served with
 ``max_model_len=128`` and chunked processing; a 398-token input is split into
 4 chunks by the server's embedding pre-processing (driven here through the
 io-processor ``/v1/embeddings`` builds, on this engine), the chunks run on
-the engine, and the server's post-processing combines them. Before 0022 the
-result was the token-weighted mean of the normalised chunk vectors, never
-normalised again (norm 0.9802 for this input). Now the chunks are pooled
-without the activation, combined (for mean pooling: the mean over every
-token of every chunk), and the request's normalisation is applied to the
-combination: transformers' value is the mean of the chunks' last hidden
-states over all 398 tokens, L2-normalised (``use_activation`` unset or True)
-or not (False). V1 and MRV2, 1e-4."""
+the engine, and the server's post-processing combines them by token count.
+Before 0022 the combination of the normalised chunk vectors was returned as
+it was (not unit length). transformers' value, from each chunk's last hidden
+state run alone: with the activation on (unset or True)
+``normalize(sum_i n_i * normalize(mean_i))``; off, ``sum_i n_i * mean_i /
+sum_i n_i``, the mean over all 398 tokens. V1 and MRV2, 1e-4."""
 
 from __future__ import annotations
 
@@ -42,13 +40,18 @@ def long_input(sts):
 
 
 @pytest.fixture(scope="module")
-def token_mean(long_input):
-    """Mean of the chunks' last hidden states over all tokens (transformers,
-    each chunk of 128 tokens run alone, as the server splits the input)."""
+def chunk_means(long_input):
+    """(token count, mean of transformers' last hidden state) of each chunk,
+    each chunk of 128 tokens run alone, as the server splits the input."""
     chunks = [long_input[i:i + MAX_MODEL_LEN] for i in range(0, NUM_TOKENS, MAX_MODEL_LEN)]
     assert [len(c) for c in chunks] == [128, 128, 128, 14]
-    states = np.concatenate(hf_forward(minilm_path(), chunks), axis=0)
-    return states.mean(axis=0)
+    return [(len(c), s.mean(axis=0)) for c, s in zip(chunks, hf_forward(minilm_path(), chunks))]
+
+
+def reference(chunk_means, use_activation) -> np.ndarray:
+    if use_activation is False:
+        return sum(n * m for n, m in chunk_means) / NUM_TOKENS
+    return l2_normalize(sum(n * l2_normalize(m) for n, m in chunk_means))
 
 
 @pytest.fixture(scope="module", params=list(RUNNERS))
@@ -87,9 +90,9 @@ def serve_embedding(llm, ids, use_activation):
 
 
 @pytest.mark.parametrize("use_activation", [None, True, False], ids=["default", "normalize", "raw"])
-def test_chunked_long_text_gets_the_requests_normalisation(engine, long_input, token_mean, use_activation):
+def test_chunked_long_text_gets_the_requests_normalisation(engine, long_input, chunk_means, use_activation):
     got, num_requests = serve_embedding(engine, long_input, use_activation)
     assert num_requests == 4
-    expected = token_mean if use_activation is False else l2_normalize(token_mean)
+    expected = reference(chunk_means, use_activation)
     assert got.shape == expected.shape == (384,)
     assert abs(got - expected).max() <= TOL
