@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from vllm.pooling_params import PoolingParams
-from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -130,15 +129,15 @@ def test_pooling_prompt_of_max_model_len_finishes_when_chunked(real_config, tiny
 
 def test_async_scheduling_keeps_no_sampled_token_placeholder_for_pooling(real_config, tiny_qwen3):
     """With async scheduling a request whose prompt is complete gets a
-    placeholder for the token it will sample; a pooling request samples
-    none, so it gets none (a generation request of the same length does)."""
+    placeholder for each token it will sample before the step's output
+    arrives; a pooling request samples none, so it gets none."""
     scheduler, config = make_scheduler(real_config, tiny_qwen3, async_scheduling=True,
                                        prefix_caching=False)
-    pooling = pooling_request(config, "pool", BUDGET // 2)
-    generate = Request("gen", list(range(2000, 2000 + BUDGET // 2)),
-                       SamplingParams(max_tokens=4), None)
-    scheduler.add_request(pooling)
-    scheduler.add_request(generate)
+    short = pooling_request(config, "short", BUDGET // 2)
+    chunked = pooling_request(config, "chunked", BUDGET, first_token=5000)
+    scheduler.add_request(short)
+    scheduler.add_request(chunked)
     out = scheduler.schedule()
-    assert out.num_scheduled_tokens == {"pool": BUDGET // 2, "gen": BUDGET // 2}
-    assert (pooling.num_output_placeholders, generate.num_output_placeholders) == (0, 1)
+    # "short" is complete after this step, "chunked" got the rest of the budget.
+    assert out.num_scheduled_tokens == {"short": BUDGET // 2, "chunked": BUDGET // 2}
+    assert (short.num_output_placeholders, chunked.num_output_placeholders) == (0, 0)
