@@ -13,13 +13,8 @@ so every kept token has type 1. Before 0023 the offline ``LLM.score`` path
 took the type boundary from the untruncated pair (the first 7 kept tokens
 typed 0); the server's ``/score`` and ``/rerank`` pre-processing (driven
 here through the same io-processor the server builds, on this engine) was
-right and must stay so.
-
-The pair checks need the token types to reach the model. MRV2 drops them on
-this revision (issue 13: its input preparation does not pass
-``compressed_token_type_ids`` to the model), so those checks are strict
-expected failures on MRV2 until that fix lands: they then pass, and
-``strict`` makes the marker itself fail, to be removed."""
+right and must stay so. The pair checks need the token types to reach the
+model: MRV2 passes them since 0010."""
 
 from __future__ import annotations
 
@@ -38,8 +33,6 @@ DOCS = ["paris is the capital and largest city of france",
         "the river flows north through the old town"]
 LONG_DOC = "the city has many museums and old bridges along its river banks " * 4
 TRUNCATE = 24
-MRV2_DROPS_TOKEN_TYPES = pytest.mark.xfail(
-    strict=True, reason="MRV2 does not pass token type ids to the model yet (issue 13)")
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +71,6 @@ def engine(request, model):
         close_llm(llm)
 
 
-def pair_checks_on(request, runner):
-    if runner == "v2":
-        request.applymarker(MRV2_DROPS_TOKEN_TYPES)
-
-
 def test_classify_activation_off_keeps_the_pooler_layers(engine, hf):
     from vllm import PoolingParams
 
@@ -96,11 +84,10 @@ def test_classify_activation_off_keeps_the_pooler_layers(engine, hf):
     assert abs(on[0].outputs.probs[0] - sigmoid(logit)) <= TOL
 
 
-def test_score_activation_off_is_the_logit(engine, hf, request):
+def test_score_activation_off_is_the_logit(engine, hf):
     from vllm import PoolingParams
 
-    runner, llm = engine
-    pair_checks_on(request, runner)
+    _, llm = engine
     tok, _ = hf
     logits = []
     for doc in DOCS:
@@ -122,9 +109,8 @@ def truncated_reference(hf):
     return ids, float(sigmoid(hf_logit(hf, ids, types)))
 
 
-def test_left_truncated_pair_offline_score(engine, hf, request):
-    runner, llm = engine
-    pair_checks_on(request, runner)
+def test_left_truncated_pair_offline_score(engine, hf):
+    _, llm = engine
     ids, expected = truncated_reference(hf)
     out = llm.score(QUERY, LONG_DOC, use_tqdm=False,
                     tokenization_kwargs={"truncate_prompt_tokens": TRUNCATE, "truncation_side": "left"})
@@ -147,11 +133,10 @@ def serve(llm, request_obj):
     return [p["prompt_token_ids"] for p in prompts], [o.outputs.probs[0] for o in outputs]
 
 
-def test_left_truncated_pair_server_score_and_rerank(engine, hf, request):
+def test_left_truncated_pair_server_score_and_rerank(engine, hf):
     from vllm.entrypoints.pooling.scoring.protocol import RerankRequest, ScoreDataRequest
 
-    runner, llm = engine
-    pair_checks_on(request, runner)
+    _, llm = engine
     ids, expected = truncated_reference(hf)
     for req in (ScoreDataRequest(model="tiny", data_1=QUERY, data_2=[LONG_DOC],
                                  truncate_prompt_tokens=TRUNCATE, truncation_side="left"),
