@@ -9,6 +9,8 @@
 - ``make_tiny_bert(dest, head)``: a small random-weight BERT (``BertModel``,
   ``BertForSequenceClassification`` or ``BertForTokenClassification``), same
   sizes and tokenizer;
+- ``make_tiny_modernbert(dest)``: a small random-weight
+  ``ModernBertForSequenceClassification``, same sizes and tokenizer;
 - ``make_tiny_colbert(dest)``: a small random-weight ColBERT checkpoint in
   the ``HF_ColBERT`` layout (``bert.*`` plus the ``linear`` projection,
   ``dim`` declared in ``config.json``), with ``colbert_reference`` giving
@@ -117,6 +119,25 @@ COLBERT_BACKBONES = {
                    {"pad_token_id": 0, "bos_token_id": 101, "eos_token_id": 102, "cls_token_id": 101,
                     "sep_token_id": 102, "global_attn_every_n_layers": 1, "local_attention": 128}),
 }
+
+
+def make_tiny_modernbert(dest: Path, num_labels: int = 3, seed: int = 0) -> Path:
+    """Save a random-weight ``ModernBertForSequenceClassification`` (CLS
+    pooling, 2 layers, hidden 128, 2 heads of 64, ``num_labels`` labels,
+    fp32) with MiniLM's tokenizer to ``dest``; reuse it when present."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = ModernBertConfig(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
+        classifier_pooling="cls", **COLBERT_BACKBONES["modernbert"][4],
+    )
+    return _save(dest, ModernBertForSequenceClassification(config).to(torch.float32))
 
 
 def make_tiny_colbert(dest: Path, backbone: str = "bert", dim: int = 32, seed: int = 0) -> Path:

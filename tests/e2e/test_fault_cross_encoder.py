@@ -1,0 +1,147 @@
+"""Issue 18, items 2 and 4 (patches 0021, 0023) on a tiny BERT cross-encoder
+(``BertForSequenceClassification``, 1 label, type vocabulary 2, random
+weights), V1 and MRV2, against transformers (fp32, same weights), 1e-4.
+
+Item 2: ``use_activation=False`` switches off the task's final activation
+(the sigmoid) only. Before 0021 it also removed the tanh of BERT's pooler
+(dense + tanh, built as a pooler head whose "activation" was the tanh), so
+``LLM.classify`` and ``LLM.score`` returned transformers' logit without that
+layer.
+
+Item 4: a long pair left-truncated to 24 tokens keeps only document tokens,
+so every kept token has type 1. Before 0023 the offline ``LLM.score`` path
+took the type boundary from the untruncated pair (the first 7 kept tokens
+typed 0); the server's ``/score`` and ``/rerank`` pre-processing (driven
+here through the same io-processor the server builds, on this engine) was
+right and must stay so. The pair checks need the token types to reach the
+model: MRV2 passes them since 0010."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from scripts.engine import assert_runner, close_llm, open_llm
+from scripts.models import make_tiny_bert
+
+TOL = 1e-4
+RUNNERS = {"v2": "MRV2", "v1": "V1"}
+TEXT = "terrible service, never again"
+QUERY = "what is the capital of france"
+DOCS = ["paris is the capital and largest city of france",
+        "the river flows north through the old town"]
+LONG_DOC = "the city has many museums and old bridges along its river banks " * 4
+TRUNCATE = 24
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return make_tiny_bert(tmp_path_factory.mktemp("fault-ce") / "bert-ce", "seq_cls", num_labels=1)
+
+
+@pytest.fixture(scope="module")
+def hf(model):
+    """The transformers model and tokenizer on the same weights, fp32."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model))
+    net = AutoModelForSequenceClassification.from_pretrained(str(model), dtype=torch.float32).eval()
+    return tok, net
+
+
+def hf_logit(hf, input_ids, token_type_ids) -> float:
+    _, net = hf
+    with torch.inference_mode():
+        out = net(input_ids=torch.tensor([input_ids]), token_type_ids=torch.tensor([token_type_ids]))
+    return float(out.logits[0, 0])
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
+
+
+@pytest.fixture(scope="module", params=list(RUNNERS))
+def engine(request, model):
+    llm = open_llm(model, runner=request.param)
+    try:
+        assert_runner(llm, RUNNERS[request.param])
+        yield request.param, llm
+    finally:
+        close_llm(llm)
+
+
+def test_classify_activation_off_keeps_the_pooler_layers(engine, hf):
+    from vllm import PoolingParams
+
+    _, llm = engine
+    tok, _ = hf
+    enc = tok(TEXT)
+    logit = hf_logit(hf, enc["input_ids"], enc["token_type_ids"])
+    off = llm.classify([TEXT], pooling_params=PoolingParams(use_activation=False), use_tqdm=False)
+    on = llm.classify([TEXT], use_tqdm=False)
+    assert abs(off[0].outputs.probs[0] - logit) <= TOL
+    assert abs(on[0].outputs.probs[0] - sigmoid(logit)) <= TOL
+
+
+def test_score_activation_off_is_the_logit(engine, hf):
+    from vllm import PoolingParams
+
+    _, llm = engine
+    tok, _ = hf
+    logits = []
+    for doc in DOCS:
+        enc = tok(QUERY, doc)
+        logits.append(hf_logit(hf, enc["input_ids"], enc["token_type_ids"]))
+    off = llm.score(QUERY, DOCS, pooling_params=PoolingParams(use_activation=False), use_tqdm=False)
+    on = llm.score(QUERY, DOCS, use_tqdm=False)
+    assert abs(np.array([o.outputs.score for o in off]) - logits).max() <= TOL
+    assert abs(np.array([o.outputs.score for o in on]) - sigmoid(logits)).max() <= TOL
+
+
+def truncated_reference(hf):
+    """transformers on the last TRUNCATE tokens of the pair, with the types
+    those tokens have in the pair (all 1: document tokens only)."""
+    tok, _ = hf
+    enc = tok(QUERY, LONG_DOC)
+    ids, types = enc["input_ids"][-TRUNCATE:], enc["token_type_ids"][-TRUNCATE:]
+    assert len(enc["input_ids"]) > TRUNCATE + 10 and set(types) == {1}
+    return ids, float(sigmoid(hf_logit(hf, ids, types)))
+
+
+def test_left_truncated_pair_offline_score(engine, hf):
+    _, llm = engine
+    ids, expected = truncated_reference(hf)
+    out = llm.score(QUERY, LONG_DOC, use_tqdm=False,
+                    tokenization_kwargs={"truncate_prompt_tokens": TRUNCATE, "truncation_side": "left"})
+    assert out[0].prompt_token_ids == ids
+    assert abs(out[0].outputs.score - expected) <= TOL
+
+
+def serve(llm, request_obj):
+    """The server's cross-encoder pre-processing of ``request_obj`` (the
+    io-processor ``/score`` and ``/rerank`` use), its engine inputs and
+    pooling parameters run on this engine; returns (token ids, scores)."""
+    from vllm.entrypoints.pooling.typing import PoolingServeContext
+
+    io = llm.pooling_io_processors["cross-encoder"]
+    ctx = PoolingServeContext(request=request_obj, model_name="tiny", request_id="faults18",
+                              pooling_params=io.create_pooling_params(request_obj))
+    io.pre_process_online(ctx)
+    prompts = [{"prompt_token_ids": list(e["prompt_token_ids"])} for e in ctx.engine_inputs]
+    outputs = llm.classify(prompts, pooling_params=ctx.pooling_params, use_tqdm=False)
+    return [p["prompt_token_ids"] for p in prompts], [o.outputs.probs[0] for o in outputs]
+
+
+def test_left_truncated_pair_server_score_and_rerank(engine, hf):
+    from vllm.entrypoints.pooling.scoring.protocol import RerankRequest, ScoreDataRequest
+
+    _, llm = engine
+    ids, expected = truncated_reference(hf)
+    for req in (ScoreDataRequest(model="tiny", data_1=QUERY, data_2=[LONG_DOC],
+                                 truncate_prompt_tokens=TRUNCATE, truncation_side="left"),
+                RerankRequest(model="tiny", query=QUERY, documents=[LONG_DOC],
+                              truncate_prompt_tokens=TRUNCATE, truncation_side="left")):
+        got_ids, scores = serve(llm, req)
+        assert got_ids == [ids], type(req).__name__
+        assert abs(scores[0] - expected) <= TOL, type(req).__name__
