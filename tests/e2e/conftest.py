@@ -26,3 +26,14 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def sts():
     return sts_test()
+
+
+@pytest.fixture(scope="module")
+def in_process():
+    """Engines of the module run in the test's process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): start-up in seconds instead of a
+    process spawn and a second torch import per engine. Not for tests that
+    must survive a hanging engine (those need the engine core's own process)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        yield

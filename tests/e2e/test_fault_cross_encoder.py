@@ -62,7 +62,7 @@ def sigmoid(x):
 
 
 @pytest.fixture(scope="module", params=list(RUNNERS))
-def engine(request, model):
+def engine(request, model, in_process):
     llm = open_llm(model, runner=request.param)
     try:
         assert_runner(llm, RUNNERS[request.param])

@@ -55,7 +55,7 @@ def reference(chunk_means, use_activation) -> np.ndarray:
 
 
 @pytest.fixture(scope="module", params=list(RUNNERS))
-def engine(request):
+def engine(request, in_process):
     from vllm.config import PoolerConfig
 
     llm = open_llm(minilm_path(), runner=request.param, max_model_len=MAX_MODEL_LEN,
