@@ -38,7 +38,7 @@ help:
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
 	@echo "                  CUDA graphs and V1 against transformers (reports/gpu-smoke.*); without a GPU it"
 	@echo "                  stops at once: exit status 77 (skipped), which make reports as Error 77"
-	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make lint         ruff on scripts/, tests/, setup.py; series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
@@ -66,6 +66,7 @@ apply: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR)
 
 lint: env
+	$(PY) -m ruff check scripts tests setup.py
 	$(PY) -m scripts.series lint
 
 $(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)

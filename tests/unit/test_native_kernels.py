@@ -61,7 +61,6 @@ else:
     # tensors, host-to-device copies as host tensors), as MRV2 runs on the CPU.
     import vllm.v1.worker.cpu.shm  # noqa: F401
     from vllm.triton_utils import HAS_TRITON
-    from vllm.v1.attention.backends.utils import PAD_SLOT_ID
     from vllm.v1.worker.cpu import input_preparation
     from vllm.v1.worker.gpu import input_batch as ib
     from vllm.v1.worker.gpu.block_table import BlockTables

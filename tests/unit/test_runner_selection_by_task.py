@@ -9,8 +9,6 @@ checkpoints; configs only, no weights are loaded."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from scripts.models import copy_tokenizer
