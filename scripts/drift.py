@@ -63,6 +63,12 @@ repository's ``tests/`` and ``scripts/`` beside the release's ``vllm/``
 (compiled extensions from the pinned base cpu wheel, since newer releases'
 may not load with this torch). A patch whose tests all pass on a release is
 carried upstream there: that release goes into its ``Applied-Upstream``.
+Each test comes to one of ``passed``, ``failed``, ``error`` (a fixture
+failed, or pytest crashed or timed out), ``skipped``, ``not collected`` (the
+node id is not in the module: a test or parameter upstream does not have)
+and ``import error`` (the test module does not import on the release).
+pytest's output is kept: ``reports/drift-upstream.log`` and, with the
+outcomes, ``reports/drift-upstream.json``.
 """
 
 from __future__ import annotations
@@ -729,56 +735,167 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
     return dest
 
 
-def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> dict[str, str]:
+# What a pytest node id can come to on a release: the junit outcomes, and two
+# that pytest's junit report does not tell apart from "error" (or leaves out).
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error")
+
+
+@dataclass
+class TestRun:
+    """The patches' tests on one tree: ``outcomes`` maps each node id to one
+    of ``TEST_OUTCOMES``; ``output`` maps each test file to pytest's output
+    (stdout and stderr, every run of it) so a report shows why."""
+
+    __test__ = False  # not a pytest test class
+    outcomes: dict[str, str]
+    output: dict[str, str]
+
+
+def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
+                timeout: int) -> tuple[int | None, str, list[ET.Element] | None]:
+    """One pytest process on ``nodes``: (exit status or None on timeout, its
+    output, the junit test cases or None when it wrote none)."""
+    junit.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           f"--junitxml={junit}", *nodes]
+    try:
+        proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        code, text = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        partial = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, text = None, partial + f"\n[drift: pytest timed out after {timeout} s]\n"
+    cases = list(ET.parse(junit).iter("testcase")) if junit.exists() else None
+    return code, f"$ {' '.join(cmd[1:])}\n{text}", cases
+
+
+def _case_outcome(case: ET.Element) -> str:
+    return ("failed" if case.find("failure") is not None else
+            "error" if case.find("error") is not None else
+            "skipped" if case.find("skipped") is not None else "passed")
+
+
+def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
+                   timeout: int) -> tuple[dict[str, str], str]:
+    """The outcome of each node id of one test file, and pytest's output.
+    A module that does not import (pytest's "collection failure") makes every
+    node ``import error``; a node id pytest does not find (``ERROR: not
+    found``: the test or parameter is gone) is ``not collected`` and the
+    others are run again without it; a parametrized test is ``passed`` only
+    when every case passed; no junit report (pytest crashed or timed out):
+    ``error``."""
+    outcomes: dict[str, str] = {}
+    texts: list[str] = []
+    pending = list(nodes)
+    while pending:
+        code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
+        texts.append(text)
+        if cases is not None and any(c.get("classname") == "" and c.find("error") is not None
+                                     and c.find("error").get("message") == "collection failure"
+                                     for c in cases):
+            outcomes.update(dict.fromkeys(pending, "import error"))
+            break
+        lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
+        missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
+        if code == 4 and missing:
+            outcomes.update(dict.fromkeys(missing, "not collected"))
+            pending = [n for n in pending if n not in missing]
+            continue
+        if cases is None:
+            outcomes.update(dict.fromkeys(pending, "error"))
+            break
+        ran: dict[str, str] = {}
+        for case in cases:
+            mod = case.get("classname", "").replace(".", "/")
+            ran[f"{mod}.py::{case.get('name')}"] = _case_outcome(case)
+        for node in pending:
+            states = [s for k, s in ran.items() if k == node or k.startswith(node + "[")]
+            outcomes[node] = ("not collected" if not states else
+                              next((s for s in ("failed", "error", "skipped") if s in states), "passed"))
+        break
+    return outcomes, "".join(texts)
+
+
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
     the path, not this repository's), one pytest process per test file (a
-    module that does not import fails only its own tests). Returns node id ->
-    ``passed``, ``failed``, ``error`` or ``skipped``; a parametrized test is
-    ``passed`` only when every case passed."""
+    module that does not import fails only its own tests). Each node id gets
+    one of ``TEST_OUTCOMES`` (see ``_file_outcomes``); pytest's output is kept
+    per file."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
     env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
-    outcome: dict[str, str] = {}
     by_file: dict[str, list[str]] = {}
     for node in node_ids:
         by_file.setdefault(node.split("::")[0], []).append(node)
+    run = TestRun({}, {})
     for i, (path, nodes) in enumerate(sorted(by_file.items())):
-        junit = repo / f"junit-{i}.xml"
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                        f"--junitxml={junit}", *nodes], cwd=repo, env=env, timeout=timeout,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not junit.exists():
-            continue
-        for case in ET.parse(junit).iter("testcase"):
-            mod = case.get("classname", "").replace(".", "/")
-            state = ("failed" if case.find("failure") is not None else
-                     "error" if case.find("error") is not None else
-                     "skipped" if case.find("skipped") is not None else "passed")
-            outcome[f"{mod}.py::{case.get('name')}"] = state
-    result = {}
-    for node in node_ids:
-        states = [s for k, s in outcome.items() if k == node or k.startswith(node + "[")]
-        result[node] = ("error" if not states else "failed" if "failed" in states else
-                        "error" if "error" in states else "skipped" if "skipped" in states else "passed")
-    return result
+        outcomes, run.output[path] = _file_outcomes(repo, env, nodes, repo / f"junit-{i}.xml", timeout)
+        run.outcomes.update(outcomes)
+    run.outcomes = {n: run.outcomes[n] for n in node_ids}
+    return run
 
 
 def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]],
-                  ref: str | None = None, pip_args: tuple[str, ...] = ()) -> dict[str, dict[str, dict[str, str]]]:
-    """For each release ``(project, version)``, the outcome of each patch's
-    tests (``tests/`` of the work tree, or of commit ``ref``) on its unpatched
-    sources: ``{version: {patch: {node id: outcome}}}``."""
-    out: dict[str, dict[str, dict[str, str]]] = {}
+                  ref: str | None = None, pip_args: tuple[str, ...] = ()) -> dict[str, TestRun]:
+    """For each release ``(project, version)``, the patches' tests (``tests/``
+    of the work tree, or of commit ``ref``) run on its unpatched sources:
+    ``{version: TestRun}``."""
+    out: dict[str, TestRun] = {}
     WORK.mkdir(exist_ok=True)
     nodes = sorted({n for ids in mapping.values() for n in ids})
     for project, version in releases:
         src = release_sources(fetch_release(project, version, pip_args=pip_args))
         with tempfile.TemporaryDirectory(dir=WORK, prefix="upstream-tests-") as tmp:
             repo = shadow_repo(src, Path(tmp), ref)
-            outcome = run_patch_tests(repo, nodes)
-        out[version] = {p: {n: outcome[n] for n in ids} for p, ids in mapping.items()}
+            out[version] = run_patch_tests(repo, nodes)
     return out
+
+
+test_upstream.__test__ = False  # a function of drift, not a pytest test
+
+
+def upstream_summary(runs: dict[str, TestRun], mapping: dict[str, list[str]]) -> list[str]:
+    """One line per patch: the releases whose unpatched sources pass all its
+    tests, the first release from which every later one passes, and for each
+    other release what its tests came to (``0.27.0: 2 failed, 1 import error``)."""
+    lines = []
+    versions = list(runs)
+    for p, ids in mapping.items():
+        if not ids:
+            lines.append(f"  {p}: no tests")
+            continue
+        passing = [v for v in versions if all(runs[v].outcomes[n] == "passed" for n in ids)]
+        since = next((v for i, v in enumerate(versions) if all(w in passing for w in versions[i:])), None)
+        line = f"  {p}: {', '.join(passing) or 'none'} (from every release on: {since or 'none'})"
+        others = []
+        for v in versions:
+            if v in passing:
+                continue
+            counts = [(o, sum(runs[v].outcomes[n] == o for n in ids)) for o in TEST_OUTCOMES if o != "passed"]
+            others.append(f"{v}: " + ", ".join(f"{c} {o}" for o, c in counts if c))
+        if others:
+            line += "; " + "; ".join(others)
+        lines.append(line)
+    return lines
+
+
+def write_upstream_reports(runs: dict[str, TestRun], mapping: dict[str, list[str]],
+                           out_dir: Path = REPORTS) -> tuple[Path, Path]:
+    """``drift-upstream.json`` (``{"outcomes": {version: {patch: {node id:
+    outcome}}}, "output": {version: {test file: pytest's output}}}``) and
+    ``drift-upstream.log`` (pytest's output, by release and file) in
+    ``out_dir``; returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jpath, lpath = out_dir / "drift-upstream.json", out_dir / "drift-upstream.log"
+    data = {"outcomes": {v: {p: {n: r.outcomes[n] for n in ids} for p, ids in mapping.items()}
+                         for v, r in runs.items()},
+            "output": {v: r.output for v, r in runs.items()}}
+    jpath.write_text(json.dumps(data, indent=2) + "\n")
+    lpath.write_text("".join(f"===== {v}: {path}\n{text}\n" for v, r in runs.items()
+                             for path, text in r.output.items()))
+    return jpath, lpath
 
 
 # --- command line -----------------------------------------------------------------------
@@ -820,20 +937,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.patch:
                 mapping = {k: v for k, v in mapping.items() if k in args.patch}
             releases = _releases_arg(args.releases or "all", base.version, ())
-            result = test_upstream(releases, mapping, args.ref)
-            print(json.dumps(result, indent=2))
+            runs = test_upstream(releases, mapping, args.ref)
+            jpath, lpath = write_upstream_reports(runs, mapping, args.out)
+            print(json.dumps({v: {p: {n: r.outcomes[n] for n in ids} for p, ids in mapping.items()}
+                              for v, r in runs.items()}, indent=2))
+            print(f"\npytest's output: {lpath}; outcomes and output: {jpath}")
             print("\npatch: releases whose unpatched sources pass all its tests "
-                  "(first release from which every later one passes)")
-            for p in mapping:
-                if not mapping[p]:
-                    print(f"  {p}: no tests")
-                    continue
-                passing = [v for v in result if result[v][p]
-                           and all(s == "passed" for s in result[v][p].values())]
-                versions = list(result)
-                since = next((v for i, v in enumerate(versions)
-                              if all(w in passing for w in versions[i:])), None)
-                print(f"  {p}: {', '.join(passing) or 'none'} (from every release on: {since or 'none'})")
+                  "(first release from which every later one passes); the others' outcomes")
+            print("\n".join(upstream_summary(runs, mapping)))
             return 0
         series = read_series(args.patches / "series")
         default = "all" if args.upstream is None else "none"

@@ -171,7 +171,8 @@ def torch_profile_start(worker=None) -> None:
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
     # Functions sent through collective_rpc are rebuilt in the worker: keep
     # the profiler on the worker object (or here, in this process).
-    setattr(worker if worker is not None else sys.modules[__name__], "_profiler", prof)
+    holder = worker if worker is not None else sys.modules[__name__]
+    holder._profiler = prof
     prof.__enter__()
 
 

@@ -4,7 +4,6 @@ tooling tests, so that fetch/apply/refresh are exercised in seconds."""
 from __future__ import annotations
 
 import hashlib
-import os
 import zipfile
 from pathlib import Path
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Series lint (listing, DEP-3 headers, strict apply to both flavors), then the
+# Lint (ruff on our Python; series listing, DEP-3 headers, strict apply to both flavors), then the
 # tooling tests: fetch/verify, apply, refresh, wheel version/RECORD/reproducibility.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

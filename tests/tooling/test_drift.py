@@ -382,3 +382,65 @@ def test_real_releases_after_the_base():
                     + ": check them and add them to EXPECTED")
     for patch in series:
         assert got[patch] == EXPECTED[patch], patch
+
+
+# --- test-upstream: outcomes and pytest's output ------------------------------------------
+
+UPSTREAM_TESTS = {
+    "tests/test_ok.py": (
+        "import pytest\n\n\n"
+        "def test_passes():\n    assert 1 + 1 == 2\n\n\n"
+        "def test_fails():\n    assert 1 + 1 == 3, 'arithmetic on this release'\n\n\n"
+        "@pytest.fixture\ndef broken():\n    raise RuntimeError('fixture broke')\n\n\n"
+        "def test_fixture_error(broken):\n    pass\n\n\n"
+        "@pytest.mark.parametrize('n', [1, 2])\ndef test_cases(n):\n    assert n < 2\n"),
+    "tests/test_imports.py": "import module_gone_upstream  # noqa: F401\n\n\ndef test_anything():\n    pass\n",
+}
+
+
+def test_run_patch_tests_tells_outcomes_apart_and_keeps_output(tmp_path):
+    """Each node id gets its own outcome: a missing test is ``not collected``
+    (and does not stop the others from running), a module that does not
+    import is ``import error``, neither is ``failed``; pytest's output is kept
+    per file."""
+    for rel, text in UPSTREAM_TESTS.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    nodes = ["tests/test_ok.py::test_passes", "tests/test_ok.py::test_fails",
+             "tests/test_ok.py::test_fixture_error", "tests/test_ok.py::test_cases",
+             "tests/test_ok.py::test_gone_upstream", "tests/test_imports.py::test_anything"]
+    run = drift.run_patch_tests(tmp_path, nodes, timeout=300)
+    assert run.outcomes == {
+        "tests/test_ok.py::test_passes": "passed",
+        "tests/test_ok.py::test_fails": "failed",
+        "tests/test_ok.py::test_fixture_error": "error",
+        "tests/test_ok.py::test_cases": "failed",  # one of its two cases fails
+        "tests/test_ok.py::test_gone_upstream": "not collected",
+        "tests/test_imports.py::test_anything": "import error",
+    }
+    assert sorted(run.output) == ["tests/test_imports.py", "tests/test_ok.py"]
+    assert "arithmetic on this release" in run.output["tests/test_ok.py"]
+    assert "fixture broke" in run.output["tests/test_ok.py"]
+    assert "test_gone_upstream" in run.output["tests/test_ok.py"]
+    assert "No module named 'module_gone_upstream'" in run.output["tests/test_imports.py"]
+
+
+def test_upstream_summary_and_reports_name_each_outcome(tmp_path):
+    mapping = {"0001-a.patch": ["t.py::a", "t.py::b"], "0002-b.patch": ["t.py::c"], "0003-c.patch": []}
+    runs = {
+        "0.27.0": drift.TestRun({"t.py::a": "import error", "t.py::b": "import error", "t.py::c": "passed"},
+                                {"t.py": "E   ModuleNotFoundError: No module named 'x'\n"}),
+        "0.28.0": drift.TestRun({"t.py::a": "passed", "t.py::b": "not collected", "t.py::c": "failed"},
+                                {"t.py": "FAILED t.py::c - assert 0\n"}),
+    }
+    assert drift.upstream_summary(runs, mapping) == [
+        "  0001-a.patch: none (from every release on: none); 0.27.0: 2 import error; 0.28.0: 1 not collected",
+        "  0002-b.patch: 0.27.0 (from every release on: none); 0.28.0: 1 failed",
+        "  0003-c.patch: no tests",
+    ]
+    jpath, lpath = drift.write_upstream_reports(runs, mapping, tmp_path)
+    data = json.loads(jpath.read_text())
+    assert data["outcomes"]["0.28.0"]["0001-a.patch"] == {"t.py::a": "passed", "t.py::b": "not collected"}
+    assert data["output"]["0.28.0"]["t.py"] == "FAILED t.py::c - assert 0\n"
+    assert lpath.read_text() == ("===== 0.27.0: t.py\nE   ModuleNotFoundError: No module named 'x'\n\n"
+                                 "===== 0.28.0: t.py\nFAILED t.py::c - assert 0\n\n")

@@ -45,3 +45,38 @@ def real_config(monkeypatch):
         return config
 
     return make
+
+
+@pytest.fixture
+def triton(monkeypatch):
+    """``triton(available)``: sets ``vllm.config.vllm.HAS_TRITON`` for the test."""
+    import vllm.config.vllm as vllm_config_module
+
+    def set_triton(available: bool):
+        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
+
+    return set_triton
+
+
+@pytest.fixture
+def vllm_config_log():
+    """The messages ``vllm.config.vllm`` logs during the test, in order (vllm's
+    loggers do not propagate to the root logger, so caplog does not see them)."""
+    import logging
+
+    from vllm.logger import _print_info_once, _print_warning_once
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("vllm.config.vllm")
+    handler = Keep(level=logging.INFO)
+    logger.addHandler(handler)
+    # info_once / warning_once remember what they logged; each test must see its own lines
+    _print_info_once.cache_clear()
+    _print_warning_once.cache_clear()
+    yield records
+    logger.removeHandler(handler)

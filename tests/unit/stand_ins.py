@@ -50,3 +50,88 @@ def encoder_only_model(vllm_config, backend, names, heads=12, head_size=32, impl
 def forget_layers(vllm_config, names) -> None:
     for name in names:
         vllm_config.compilation_config.static_forward_context.pop(name, None)
+
+
+# --- runner selection: VllmConfig-shaped stand-ins ---------------------------------------
+
+
+def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False, mrope=False, xdrope=0):
+    """A ``ModelConfig`` stand-in with the fields the runner selection reads."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(architectures=[arch], runner_type=runner_type, is_moe=moe,
+                           is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False,
+                           uses_mrope=mrope, uses_xdrope_dim=xdrope)
+
+
+class ConfigStandIn:
+    """A VllmConfig-shaped object: the selection methods are VllmConfig's own,
+    looked up on VllmConfig when called (not when this module is imported), so
+    the tests import on releases that no longer have them."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def _is_default_v2_model_runner_model(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig._is_default_v2_model_runner_model(self)
+
+    def _v2_model_runner_not_default_reason(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig._v2_model_runner_not_default_reason(self)
+
+    @property
+    def use_v2_model_runner(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig.use_v2_model_runner.fget(self)
+
+    def _v2_model_runner_runs_without_triton(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig._v2_model_runner_runs_without_triton(self)
+
+    def _v2_model_runner_pooling_refusal(self):
+        return None  # the stand-ins declare no pooling task (see test_runner_selection_by_task.py)
+
+    def _dflash_needs_multi_kv_group(self):
+        return False
+
+    def _get_v2_model_runner_unsupported_features(self):
+        return []
+
+
+def stand_in(model_config, dcp: int = 1) -> ConfigStandIn:
+    """A ``ConfigStandIn`` for ``model_config`` (a ``model(...)``, or None)
+    with decode context parallelism ``dcp``."""
+    from types import SimpleNamespace
+
+    return ConfigStandIn(model_config=model_config, speculative_config=None,
+                         parallel_config=SimpleNamespace(decode_context_parallel_size=dcp))
+
+
+def full_stand_in(chunked: bool, prefix_caching: bool) -> ConfigStandIn:
+    """A stand-in with every field _get_v2_model_runner_unsupported_features
+    and _validate_v2_model_runner read (used by the tests without Triton)."""
+    from types import SimpleNamespace
+
+    from vllm.config.vllm import VllmConfig
+
+    mc = model("BertModel", "pooling")
+    mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
+    mc.logits_processors, mc.enable_prompt_embeds = None, False
+    config = stand_in(mc)
+    config._get_v2_model_runner_unsupported_features = (
+        VllmConfig._get_v2_model_runner_unsupported_features.__get__(config))
+    config._validate_v2_model_runner = VllmConfig._validate_v2_model_runner.__get__(config)
+    config.scheduler_config = SimpleNamespace(enable_chunked_prefill=chunked)
+    config.cache_config = SimpleNamespace(enable_prefix_caching=prefix_caching, kv_sharing_fast_prefill=False)
+    config.compilation_config = SimpleNamespace(mode=None, pass_config=SimpleNamespace(enable_sp=False))
+    config.parallel_config = SimpleNamespace(
+        prefill_context_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1,
+        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False,
+        decode_context_parallel_size=1)
+    config.ec_transfer_config = config.reasoning_config = None
+    return config

@@ -9,7 +9,7 @@ tokens. One copy runs the Triton kernels, the other the native functions of
 ``vllm/v1/worker/cpu/input_preparation.py``, installed around its calls with
 ``install()`` as the CPU runner installs them, and reached through the
 wrappers' own names (what MRV2 calls). After every step every buffer is
-compared with ``torch.equal``.
+compared exactly (``torch.testing.assert_close`` with rtol = atol = 0).
 
 The Triton side needs Triton: on a CPU that is its interpreter, which vLLM
 only takes into account at import (``HAS_TRITON``). So when this process runs
@@ -61,7 +61,6 @@ else:
     # tensors, host-to-device copies as host tensors), as MRV2 runs on the CPU.
     import vllm.v1.worker.cpu.shm  # noqa: F401
     from vllm.triton_utils import HAS_TRITON
-    from vllm.v1.attention.backends.utils import PAD_SLOT_ID
     from vllm.v1.worker.cpu import input_preparation
     from vllm.v1.worker.gpu import input_batch as ib
     from vllm.v1.worker.gpu.block_table import BlockTables
@@ -234,11 +233,9 @@ else:
                 s.step(idx_mapping, query_start_loc, cu_num_logits, int(sum(logits)), pad)
             expected, actual = triton_side.buffers(), native_side.buffers()
             for name, value in expected.items():
-                if not torch.equal(value, actual[name]):
-                    where = torch.nonzero(value != actual[name]).flatten()[:10].tolist()
-                    raise AssertionError(
-                        f"step {step}: {name} differs at {where}: triton "
-                        f"{value.flatten()[where].tolist()}, native {actual[name].flatten()[where].tolist()}")
+                # exact (rtol = atol = 0); a failure names the indices that differ
+                torch.testing.assert_close(actual[name], value, rtol=0, atol=0,
+                                           msg=lambda m, name=name, step=step: f"step {step}: {name}, native vs triton: {m}")
         assert next_id > 20
         if drafts:
             assert steps_with_decode > 0

@@ -5,123 +5,89 @@ Two kinds of tests. The behavioural ones (``test_real_config_*``) build a real
 a tiny random Qwen3) and read ``VllmConfig.use_v2_model_runner``, public names
 that upstream has too: they are what ``patches/tests.toml`` maps to the patches,
 so that ``python -m scripts.drift test-upstream`` finds where upstream behaves
-the same. The table tests run ``VllmConfig._is_default_v2_model_runner_model``
-(patch 0007) and ``use_v2_model_runner`` on lightweight stand-ins carrying just
-the fields they read; each row gives the base's answer too, so the rows that
-flipped are explicit. VllmConfig's methods are looked up when called, so this
-module imports on releases that no longer have them. The selection without
-Triton (patch 0008) is in test_runner_selection_without_triton.py.
+the same. The table test reads the patched ``VllmConfig.use_v2_model_runner``
+(patches 0007 and 0011) on lightweight stand-ins carrying just the fields it
+reads (``tests/unit/stand_ins.py``), and the line it logs for a model that does
+not default to MRV2. (On the base, no pooling model defaulted to MRV2, and
+hybrid, attention-free and MoE models were kept off it without a word.) The
+selection without Triton (patch 0008) is in
+test_runner_selection_without_triton.py, by pooling task (0011) in
+test_runner_selection_by_task.py.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-import vllm.config.vllm as vllm_config_module
-from vllm.config.vllm import VllmConfig
+from tests.unit.stand_ins import model, stand_in
+
+HYBRID = "hybrid (attention and state-space) models"
+ATTENTION_FREE = "attention-free models"
 
 
-def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False, mrope=False, xdrope=0):
-    return SimpleNamespace(architectures=[arch], runner_type=runner_type, is_moe=moe,
-                           is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False,
-                           uses_mrope=mrope, uses_xdrope_dim=xdrope)
+def moe(arch: str) -> str:
+    return f"MoE models outside its default allowlist ({arch})"
 
 
-class ConfigStandIn(SimpleNamespace):
-    """A VllmConfig-shaped object: the selection methods are VllmConfig's own,
-    looked up on VllmConfig when called (not when this module is imported)."""
-
-    def _is_default_v2_model_runner_model(self):
-        return VllmConfig._is_default_v2_model_runner_model(self)
-
-    def _v2_model_runner_not_default_reason(self):
-        return VllmConfig._v2_model_runner_not_default_reason(self)
-
-    @property
-    def use_v2_model_runner(self):
-        return VllmConfig.use_v2_model_runner.fget(self)
-
-    def _v2_model_runner_runs_without_triton(self):
-        return VllmConfig._v2_model_runner_runs_without_triton(self)
-
-    def _v2_model_runner_pooling_refusal(self):
-        return None  # the stand-ins declare no pooling task (see test_runner_selection_by_task.py)
-
-    def _dflash_needs_multi_kv_group(self):
-        return False
-
-    def _get_v2_model_runner_unsupported_features(self):
-        return []
-
-
-def stand_in(model_config, dcp: int = 1):
-    return ConfigStandIn(model_config=model_config, speculative_config=None,
-                         parallel_config=SimpleNamespace(decode_context_parallel_size=dcp))
-
-
-# (case, model config stand-in, default MRV2 now, on the base)
+# (case, model config stand-in, the runner selected by default, the reason logged for V1)
 TABLE = [
-    ("BertModel pooling (sentence-transformers/all-MiniLM-L6-v2)", model("BertModel", "pooling"), True, False),
-    ("Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)", model("Qwen3ForCausalLM", "pooling"), True, False),
-    ("ColQwen3 multimodal pooling (TomoroAI/tomoro-colqwen3-embed-4b)", model("ColQwen3", "pooling"), True, False),
-    ("BertForSequenceClassification pooling (cross-encoder)", model("BertForSequenceClassification", "pooling"), True, False),
-    ("BertForTokenClassification pooling", model("BertForTokenClassification", "pooling"), True, False),
-    ("HF_ColBERT pooling (late interaction)", model("HF_ColBERT", "pooling"), True, False),
-    ("XLMRobertaModel pooling (BAAI/bge-m3 backbone)", model("XLMRobertaModel", "pooling"), True, False),
-    ("ModernBertModel pooling", model("ModernBertModel", "pooling"), True, False),
-    ("LlamaForCausalLM pooling (intfloat/e5-mistral-7b-instruct style)", model("LlamaForCausalLM", "pooling"), True, False),
-    ("Qwen2ForRewardModel pooling", model("Qwen2ForRewardModel", "pooling"), True, False),
-    ("ColPaliForRetrieval multimodal pooling", model("ColPaliForRetrieval", "pooling"), True, False),
-    ("Qwen3MoeForCausalLM pooling, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "pooling", moe=True), False, False),
-    ("Qwen2MoeForCausalLM pooling, allowlisted MoE", model("Qwen2MoeForCausalLM", "pooling", moe=True), True, False),
-    ("ColBERTLfm2Model pooling, hybrid", model("ColBERTLfm2Model", "pooling", hybrid=True), False, False),
-    ("MambaForCausalLM pooling, attention-free", model("MambaForCausalLM", "pooling", attention_free=True), False, False),
-    ("LlamaForCausalLM generate", model("LlamaForCausalLM", "generate"), True, True),
-    ("Qwen3ForCausalLM generate", model("Qwen3ForCausalLM", "generate"), True, True),
-    ("Qwen2VLForConditionalGeneration multimodal generate", model("Qwen2VLForConditionalGeneration", "generate"), True, True),
-    ("Qwen3MoeForCausalLM generate, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "generate", moe=True), False, False),
-    ("DeepseekV2ForCausalLM generate, allowlisted MoE", model("DeepseekV2ForCausalLM", "generate", moe=True), True, True),
-    ("JambaForCausalLM generate, hybrid", model("JambaForCausalLM", "generate", moe=True, hybrid=True), False, False),
-    ("MambaForCausalLM generate, attention-free", model("MambaForCausalLM", "generate", attention_free=True), False, False),
-    ("LlamaForCausalLM draft runner", model("LlamaForCausalLM", "draft"), True, False),
+    ("BertModel pooling (sentence-transformers/all-MiniLM-L6-v2)", model("BertModel", "pooling"), "MRV2", None),
+    ("Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)", model("Qwen3ForCausalLM", "pooling"), "MRV2", None),
+    ("ColQwen3 multimodal pooling (TomoroAI/tomoro-colqwen3-embed-4b)", model("ColQwen3", "pooling"), "MRV2", None),
+    ("BertForSequenceClassification pooling (cross-encoder)", model("BertForSequenceClassification", "pooling"),
+     "MRV2", None),
+    ("BertForTokenClassification pooling", model("BertForTokenClassification", "pooling"), "MRV2", None),
+    ("HF_ColBERT pooling (late interaction)", model("HF_ColBERT", "pooling"), "MRV2", None),
+    ("XLMRobertaModel pooling (BAAI/bge-m3 backbone)", model("XLMRobertaModel", "pooling"), "MRV2", None),
+    ("ModernBertModel pooling", model("ModernBertModel", "pooling"), "MRV2", None),
+    ("LlamaForCausalLM pooling (intfloat/e5-mistral-7b-instruct style)", model("LlamaForCausalLM", "pooling"),
+     "MRV2", None),
+    ("Qwen2ForRewardModel pooling", model("Qwen2ForRewardModel", "pooling"), "MRV2", None),
+    ("ColPaliForRetrieval multimodal pooling", model("ColPaliForRetrieval", "pooling"), "MRV2", None),
+    ("Qwen3MoeForCausalLM pooling, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "pooling", moe=True),
+     "V1", moe("Qwen3MoeForCausalLM")),
+    ("Qwen2MoeForCausalLM pooling, allowlisted MoE", model("Qwen2MoeForCausalLM", "pooling", moe=True), "MRV2", None),
+    ("ColBERTLfm2Model pooling, hybrid", model("ColBERTLfm2Model", "pooling", hybrid=True), "V1", HYBRID),
+    ("MambaForCausalLM pooling, attention-free", model("MambaForCausalLM", "pooling", attention_free=True),
+     "V1", ATTENTION_FREE),
+    ("LlamaForCausalLM generate", model("LlamaForCausalLM", "generate"), "MRV2", None),
+    ("Qwen3ForCausalLM generate", model("Qwen3ForCausalLM", "generate"), "MRV2", None),
+    ("Qwen2VLForConditionalGeneration multimodal generate", model("Qwen2VLForConditionalGeneration", "generate"),
+     "MRV2", None),
+    ("Qwen3MoeForCausalLM generate, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "generate", moe=True),
+     "V1", moe("Qwen3MoeForCausalLM")),
+    ("DeepseekV2ForCausalLM generate, allowlisted MoE", model("DeepseekV2ForCausalLM", "generate", moe=True),
+     "MRV2", None),
+    ("JambaForCausalLM generate, hybrid MoE", model("JambaForCausalLM", "generate", moe=True, hybrid=True),
+     "V1", HYBRID),
+    ("MambaForCausalLM generate, attention-free", model("MambaForCausalLM", "generate", attention_free=True),
+     "V1", ATTENTION_FREE),
+    ("LlamaForCausalLM draft runner", model("LlamaForCausalLM", "draft"), "MRV2", None),
 ]
 
 
-def base_selector(config) -> bool:
-    """vLLM 0.26.0's _is_default_v2_model_runner_model, as it read before the
-    patch (kept here to state the flipped rows, not to test against)."""
-    mc = config.model_config
-    default_v2_architectures = vllm_config_module.DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES
-    if mc is None or mc.runner_type != "generate" or mc.is_hybrid or mc.is_attention_free:
-        return False
-    return any(a in default_v2_architectures for a in mc.architectures) or not mc.is_moe
+def selector_lines(log: list[str]) -> list[str]:
+    return [m for m in log if "Model Runner V2" in m]
 
 
-@pytest.mark.parametrize(("case", "model_config", "expected", "on_base"), TABLE, ids=[t[0] for t in TABLE])
-def test_default_runner_selection(case, model_config, expected, on_base):
-    config = stand_in(model_config)
-    assert config._is_default_v2_model_runner_model() is expected
-    assert base_selector(config) is on_base
+@pytest.mark.parametrize(("case", "model_config", "runner", "reason"), TABLE, ids=[t[0] for t in TABLE])
+def test_default_runner_selection(monkeypatch, triton, vllm_config_log, case, model_config, runner, reason):
+    """With Triton and VLLM_USE_V2_MODEL_RUNNER unset: the runner selected, and
+    for V1 the one line saying why (patch 0011); nothing logged for MRV2."""
+    triton(True)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    assert stand_in(model_config).use_v2_model_runner is (runner == "MRV2")
+    expected = [] if reason is None else [
+        f"Model Runner V2 is not the default for {reason}; using the V1 model runner "
+        "(VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)."]
+    assert selector_lines(vllm_config_log) == expected
 
 
-def test_table_covers_the_required_cases():
-    assert len(TABLE) >= 21
-    flipped = [case for case, _, now, base in TABLE if now != base]
-    assert "Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)" in flipped
-    assert all(base_selector(stand_in(mc)) == now for case, mc, now, _ in TABLE if case.endswith("generate"))
-
-
-def test_no_model_config_is_not_default_v2():
-    assert stand_in(None)._is_default_v2_model_runner_model() is False
-
-
-@pytest.fixture
-def triton(monkeypatch):
-    def set_triton(available: bool):
-        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
-    return set_triton
+def test_no_model_config_selects_v1_silently(monkeypatch, triton, vllm_config_log):
+    triton(True)
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    assert stand_in(None).use_v2_model_runner is False
+    assert selector_lines(vllm_config_log) == []
 
 
 @pytest.mark.parametrize(("env", "expected"), [(None, True), ("1", True), ("0", False)])
@@ -138,27 +104,6 @@ def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
     triton(True)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
-
-
-def full_stand_in(chunked: bool, prefix_caching: bool):
-    """A stand-in with every field _get_v2_model_runner_unsupported_features
-    and _validate_v2_model_runner read (used by the tests without Triton)."""
-    mc = model("BertModel", "pooling")
-    mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
-    mc.logits_processors, mc.enable_prompt_embeds = None, False
-    config = stand_in(mc)
-    config._get_v2_model_runner_unsupported_features = (
-        VllmConfig._get_v2_model_runner_unsupported_features.__get__(config))
-    config._validate_v2_model_runner = VllmConfig._validate_v2_model_runner.__get__(config)
-    config.scheduler_config = SimpleNamespace(enable_chunked_prefill=chunked)
-    config.cache_config = SimpleNamespace(enable_prefix_caching=prefix_caching, kv_sharing_fast_prefill=False)
-    config.compilation_config = SimpleNamespace(mode=None, pass_config=SimpleNamespace(enable_sp=False))
-    config.parallel_config = SimpleNamespace(
-        prefill_context_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1,
-        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False,
-        decode_context_parallel_size=1)
-    config.ec_transfer_config = config.reasoning_config = None
-    return config
 
 
 # --- behavioural: real configs (what patches/tests.toml maps) ----------------------------

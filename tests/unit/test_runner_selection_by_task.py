@@ -9,9 +9,6 @@ checkpoints; configs only, no weights are loaded."""
 
 from __future__ import annotations
 
-import json
-import logging
-
 import pytest
 
 from scripts.models import copy_tokenizer
@@ -43,35 +40,14 @@ def checkpoints(tmp_path_factory):
     }
 
 
-@pytest.fixture
-def warnings_of_vllm_config():
-    """Messages the selector logs (vllm's loggers do not propagate to root)."""
-    records: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger = logging.getLogger("vllm.config.vllm")
-    handler = Keep(level=logging.INFO)
-    logger.addHandler(handler)
-    # info_once / warning_once remember what they logged; each test must see its own line
-    from vllm.logger import _print_info_once, _print_warning_once
-
-    _print_info_once.cache_clear()
-    _print_warning_once.cache_clear()
-    yield records
-    logger.removeHandler(handler)
-
-
 @pytest.mark.parametrize(("name", "task"), [("reward", "token_classify"),
                                             ("process_reward", "token_classify")])
 def test_token_level_only_architectures_keep_v1_by_default(real_config, checkpoints,
-                                                           warnings_of_vllm_config, name, task):
+                                                           vllm_config_log, name, task):
     config = real_config(checkpoints[name], "pooling")
     assert config.model_config.attn_type == "decoder"
     assert config.use_v2_model_runner is False
-    (line,) = [m for m in warnings_of_vllm_config if "Model Runner V2 cannot serve" in m]
+    (line,) = [m for m in vllm_config_log if "Model Runner V2 cannot serve" in m]
     assert f"only pooling tasks are ['{task}']" in line and "V1 model runner" in line
 
 
@@ -85,10 +61,10 @@ def test_forcing_mrv2_on_token_level_only_architecture_fails_at_startup(real_con
 
 
 @pytest.mark.parametrize("task", ["token_embed", "token_classify"])
-def test_decoder_configured_for_a_token_task_keeps_v1(real_config, tiny_qwen3, warnings_of_vllm_config, task):
+def test_decoder_configured_for_a_token_task_keeps_v1(real_config, tiny_qwen3, vllm_config_log, task):
     config = real_config(tiny_qwen3, "pooling", pooler_config={"task": task})
     assert config.use_v2_model_runner is False
-    (line,) = [m for m in warnings_of_vllm_config if "Model Runner V2 cannot serve" in m]
+    (line,) = [m for m in vllm_config_log if "Model Runner V2 cannot serve" in m]
     assert f"the configured pooling task '{task}'" in line
     with pytest.raises(ValueError, match=f"'{task}'.*VLLM_USE_V2_MODEL_RUNNER=0"):
         real_config(tiny_qwen3, "pooling", env="1", pooler_config={"task": task})
@@ -110,21 +86,3 @@ def test_encoder_only_model_with_chunked_prefill_and_prefix_caching_flags_select
     config = real_config(minilm, "pooling", enable_chunked_prefill=True, enable_prefix_caching=True)
     assert config.use_v2_model_runner is True
     assert real_config(minilm, "pooling", env="1", enable_chunked_prefill=True).use_v2_model_runner is True
-
-
-@pytest.mark.parametrize(("kind", "reason"), [
-    ("moe", "MoE models outside its default allowlist (Qwen3MoeForCausalLM)"),
-    ("hybrid", "hybrid (attention and state-space) models"),
-    ("attention_free", "attention-free models"),
-])
-def test_models_that_do_not_default_to_mrv2_say_why(monkeypatch, warnings_of_vllm_config, kind, reason):
-    """Patch 0011: every model the selector keeps off MRV2 by default gets a log
-    line naming the reason (the base said nothing for hybrid, attention-free and
-    MoE models)."""
-    from tests.unit.test_runner_selection import model, stand_in
-
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    config = stand_in(model("Qwen3MoeForCausalLM", "pooling", **{kind: True}))
-    assert config.use_v2_model_runner is False
-    assert f"Model Runner V2 is not the default for {reason}; using the V1 model runner" \
-        " (VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)." in warnings_of_vllm_config

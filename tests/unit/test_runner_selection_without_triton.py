@@ -4,13 +4,13 @@ backend; generation models keep the base behaviour (V1, or a start-up error
 when MRV2 is forced). The real-config tests (what patches/tests.toml maps)
 use only public names; the stand-in tests reach 0008's
 ``VllmConfig._v2_model_runner_runs_without_triton`` through
-test_runner_selection's ConfigStandIn, looked up when called."""
+tests/unit/stand_ins.py's ConfigStandIn, looked up when called."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_runner_selection import full_stand_in, model, stand_in, triton  # noqa: F401
+from tests.unit.stand_ins import full_stand_in, model, stand_in
 
 
 def test_real_config_without_triton_pooling_models_run_mrv2(real_config, minilm, tiny_qwen3):
@@ -84,20 +84,21 @@ def test_without_triton_generation_models_fall_back_to_v1(monkeypatch, triton):
     assert stand_in(model("LlamaForCausalLM", "draft")).use_v2_model_runner is False
 
 
-@pytest.mark.parametrize(("runner_type", "raises"), [("pooling", False), ("generate", True)])
-def test_forcing_mrv2_without_triton(monkeypatch, triton, runner_type, raises):
-    """VLLM_USE_V2_MODEL_RUNNER=1 without Triton: a start-up error that names
-    the way out for generation models; pooling models are served."""
+def test_forcing_mrv2_without_triton_serves_a_pooling_model(monkeypatch, triton):
+    """VLLM_USE_V2_MODEL_RUNNER=1 without Triton: a pooling model is served."""
     triton(False)
     monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
     config = full_stand_in(False, False)
-    config.model_config.runner_type = runner_type
-    if raises:
-        with pytest.raises(ValueError, match="requires Triton for this model.*"
-                                             "VLLM_USE_V2_MODEL_RUNNER=0"):
-            config._validate_v2_model_runner()
-    else:
+    config._validate_v2_model_runner()
+    assert config.use_v2_model_runner is True
+
+
+def test_forcing_mrv2_without_triton_refuses_a_generation_model(monkeypatch, triton):
+    """VLLM_USE_V2_MODEL_RUNNER=1 without Triton: a start-up error that names
+    the way out for a generation model."""
+    triton(False)
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
+    config = full_stand_in(False, False)
+    config.model_config.runner_type = "generate"
+    with pytest.raises(ValueError, match="requires Triton for this model.*VLLM_USE_V2_MODEL_RUNNER=0"):
         config._validate_v2_model_runner()
-        assert config.use_v2_model_runner is True
-
-
