@@ -73,11 +73,7 @@ def runner_in_use(llm) -> str:
     ``vllm.v1.worker.cpu``); V1's in ``vllm.v1.worker.*_model_runner``.
     Raises ``RuntimeError`` for anything else."""
     (name,) = set(llm.collective_rpc(runner_class))
-    if name.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
-        return "MRV2"
-    if name.startswith("vllm.v1.worker.") and "_model_runner." in name:
-        return "V1"
-    raise RuntimeError(f"unknown model runner {name}")
+    return runner_kind(name)
 
 
 def input_preparation_kind(worker) -> str:
@@ -243,3 +239,35 @@ def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
     """transformers reference of mean pooling over all tokens, L2-normalised,
     fp32, shape (N, d): what sentence-transformers computes for MiniLM."""
     return l2_normalize(np.stack([h.mean(axis=0) for h in hf_forward(model_dir, prompts)]))
+
+
+class WorkerProbe:
+    """Worker extension for servers (``vllm serve --worker-extension-cls
+    scripts.engine.WorkerProbe``): upstream mixes this class into the worker
+    class (``WorkerWrapperBase.init_worker``), so a server started with
+    ``VLLM_SERVER_DEV_MODE=1`` answers ``POST /collective_rpc {"method":
+    "probe_runner_class"}`` from inside its worker, as ``LLM.collective_rpc``
+    does offline. Each method returns JSON-able data (the endpoint turns
+    anything else into ``str``)."""
+
+    def probe_runner_class(self) -> str:
+        """``runner_class``: qualified name of the worker's model runner."""
+        return runner_class(self)
+
+    def probe_input_preparation(self) -> str:
+        """``input_preparation_kind``: how an MRV2 runner prepares its inputs."""
+        return input_preparation_kind(self)
+
+    def probe_late_interaction_state(self) -> dict:
+        """``late_interaction_state``: cached queries, their uses, pending documents."""
+        return late_interaction_state(self)
+
+
+def runner_kind(class_name: str) -> str:
+    """``"MRV2"`` or ``"V1"`` for a model runner's qualified class name (see
+    ``runner_in_use``); ``RuntimeError`` for anything else."""
+    if class_name.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
+        return "MRV2"
+    if class_name.startswith("vllm.v1.worker.") and "_model_runner." in class_name:
+        return "V1"
+    raise RuntimeError(f"unknown model runner {class_name}")
