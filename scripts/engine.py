@@ -8,7 +8,10 @@ unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran;
 ``input_preparation(llm)`` tells how that MRV2 runner prepares its inputs
 (native CPU kernels on a CPU without Triton, patch 0008; Triton kernels, compiled or
-under ``TRITON_INTERPRET=1``, otherwise).
+under ``TRITON_INTERPRET=1``, otherwise). ``quiet_vllm(job)`` (from
+``scripts.quiet``) sends vLLM's output of a job to ``reports/logs/<job>.log``.
+``WorkerProbe`` gives a server's worker the same probes, for
+``scripts.server``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import time
 
 import numpy as np
+
+from scripts.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 
 # DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
 GPU_MEMORY_UTILIZATION = 0.3

@@ -35,6 +35,7 @@ from scripts.base import REPO
 from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
                             hf_forward, hf_last_token_embed, l2_normalize, open_llm, rowwise_cosine,
                             select_runner, st_embed)
+from scripts.engine import quiet_vllm
 from scripts.models import (colbert_reference, make_tiny_bert, make_tiny_colbert, make_tiny_qwen3,
                             minilm_path, sts_test)
 
@@ -290,6 +291,7 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown rows {unknown}; see --list", file=sys.stderr)
         return 2
+    quiet_vllm("matrix")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
     rows = []

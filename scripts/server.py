@@ -91,34 +91,47 @@ class VllmServer:
         self.cmd += list(args)
         self.proc: subprocess.Popen | None = None
         self._log_file = None
+        self._started = 0.0
+        self.startup_seconds: float | None = None
 
     # ------------------------------------------------------------------ life cycle
 
-    def start(self) -> "VllmServer":
-        """Start the server and wait until ``/health`` answers 200.
-        ``ServerError`` (with the log's tail) when it exits first or does not
-        get ready within ``start_timeout`` seconds."""
-        import requests
-
+    def launch(self) -> "VllmServer":
+        """Start the server process and return at once (``wait_ready`` next):
+        the caller can do other work while it loads."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log, "w")
         self._log_file.write(f"$ {' '.join(self.cmd)}\n")
         self._log_file.flush()
+        self._started = time.monotonic()
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self._log_file, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
+        return self
+
+    def wait_ready(self) -> "VllmServer":
+        """Wait until ``/health`` answers 200. ``ServerError`` (with the log's
+        tail) when the server exits first or is not ready ``start_timeout``
+        seconds after ``launch``; the server is stopped then."""
+        import requests
+
+        deadline = self._started + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerError(f"vllm serve exited with status {self.proc.returncode} while starting"
                                   f"\n{self.log_tail()}")
             try:
                 if requests.get(self.url("/health"), timeout=5).status_code == 200:
+                    self.startup_seconds = time.monotonic() - self._started
                     return self
             except requests.RequestException:
                 pass
-            time.sleep(1)
+            time.sleep(0.5)
         self.stop()
         raise ServerError(f"vllm serve not ready after {self.start_timeout:.0f} s\n{self.log_tail()}")
+
+    def start(self) -> "VllmServer":
+        """``launch`` then ``wait_ready``."""
+        return self.launch().wait_ready()
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM to the server (it shuts its engine down), then SIGKILL to
