@@ -29,6 +29,10 @@ from scripts.base import REPO
 from scripts.engine import RUNNER_ENV, runner_kind
 
 LOGS = REPO / ".build" / "logs"
+# The CPU worker refuses to start unless this share of the NUMA node's memory
+# is free, and reserves it. The models served here are encoder-only (no KV
+# cache), so a small share keeps several servers and engines side by side.
+SERVER_MEMORY_UTILIZATION = 0.05
 PROBE = "scripts.engine.WorkerProbe"
 
 
@@ -65,11 +69,13 @@ class VllmServer:
     importable in the worker: the repository on ``PYTHONPATH``).
     Output goes to ``log`` (default ``.build/logs/server-<name>.log``).
     Defaults match the offline engines of ``scripts.engine.open_llm``: fp32,
-    eager, seed 0, ``--gpu-memory-utilization 0.3``."""
+    eager, seed 0; ``--gpu-memory-utilization`` is ``gpu_memory_utilization``
+    (``SERVER_MEMORY_UTILIZATION`` by default)."""
 
     def __init__(self, model, *args: str, name: str | None = None, runner: str = "default",
                  executable: str | None = None, env: dict | None = None, probe: bool = True,
-                 log: Path | None = None, start_timeout: float = 900.0):
+                 log: Path | None = None, start_timeout: float = 900.0,
+                 gpu_memory_utilization: float = SERVER_MEMORY_UTILIZATION):
         if runner not in RUNNER_ENV:
             raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
         self.model = str(model)
@@ -84,7 +90,7 @@ class VllmServer:
             self.env["VLLM_USE_V2_MODEL_RUNNER"] = RUNNER_ENV[runner]
         self.cmd = [executable or vllm_executable(), "serve", self.model, "--host", "127.0.0.1",
                     "--port", str(self.port), "--dtype", "float32", "--enforce-eager", "--seed", "0",
-                    "--gpu-memory-utilization", "0.3"]
+                    "--gpu-memory-utilization", str(gpu_memory_utilization)]
         if probe:
             self.env["VLLM_SERVER_DEV_MODE"] = "1"
             self.cmd += ["--worker-extension-cls", PROBE]

@@ -43,7 +43,7 @@ import requests
 
 from scripts.engine import assert_runner, close_llm, expected_input_preparation, open_llm
 from scripts.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
-from scripts.server import VllmServer
+from scripts.server import SERVER_MEMORY_UTILIZATION, VllmServer
 
 TOL = 1e-5
 MODELS = Path(__file__).resolve().parents[2] / ".build" / "models"
@@ -55,7 +55,7 @@ EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 def offline(model, fn):
     """``fn(llm)`` on an offline engine for ``model`` (vLLM's default runner,
     asserted MRV2), closed afterwards."""
-    llm = open_llm(model)
+    llm = open_llm(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION)
     try:
         assert_runner(llm, "MRV2")
         return fn(llm)
@@ -89,76 +89,88 @@ def assert_mrv2(server):
     assert server.input_preparation() == expected_input_preparation()
 
 
-def error_message(response) -> str:
-    """The message of an error answer (vLLM's ``{"error": {"message"}}``)."""
-    return response.json()["error"]["message"]
-
-
 # ------------------------------------------------------------------ bad input
 
-def bad_input(server, endpoint, body_ok, fault, model):
-    """Send ``fault`` (a ``FAULTS`` key) to ``endpoint`` whose good request is
-    ``body_ok``; return the answer."""
-    if fault == "malformed JSON":
-        return requests.post(server.url(endpoint), data=json.dumps(body_ok)[:-5],
-                             headers={"Content-Type": "application/json"}, timeout=60)
-    body = dict(body_ok)
-    if fault == "wrong model":
-        body["model"] = "no-such-model"
-    elif fault == "base64":
-        body["encoding_format"] = "base64"
-    elif fault == "empty input":
-        body.update(EMPTY[endpoint])
-    elif fault == "over max_model_len":
-        body.update(TOO_LONG[endpoint])
-    return post(server, endpoint, body, timeout=60)
-
-
+ENDPOINTS = ("/v1/embeddings", "/pooling", "/classify", "/score", "/rerank")
+GOOD = {"/v1/embeddings": {"input": "a cat"}, "/pooling": {"input": "a cat"}, "/classify": {"input": "a cat"},
+        "/score": {"queries": QUERY, "documents": ["a cat"]}, "/rerank": {"query": QUERY, "documents": ["a cat"]}}
 EMPTY = {"/v1/embeddings": {"input": []}, "/pooling": {"input": []}, "/classify": {"input": []},
-         "/score": {"queries": QUERY, "documents": []}, "/rerank": {"documents": []}}
+         "/score": {"documents": []}, "/rerank": {"documents": []}}
 TOO_LONG = {"/v1/embeddings": {"input": LONG}, "/pooling": {"input": LONG}, "/classify": {"input": LONG},
-            "/score": {"queries": QUERY, "documents": [LONG]}, "/rerank": {"documents": ["short", LONG]}}
-# fault -> (status, words the message must contain); "{model}" is the served name
-FAULTS = {
-    "empty input": (400, ["at least one"]),
-    "over max_model_len": (400, ["maximum context length"]),
-    "wrong model": (404, ["The model `no-such-model` does not exist"]),
-    "malformed JSON": (400, ["JSON"]),
-}
+            "/score": {"documents": [LONG]}, "/rerank": {"documents": ["short", LONG]}}
+EMPTY_MESSAGE = {"/v1/embeddings": "You must pass at least one prompt", "/pooling": "You must pass at least one prompt",
+                 "/classify": "You must pass at least one prompt",
+                 "/score": "At least one text_pair element must be given",
+                 "/rerank": "At least one text_pair element must be given"}
+ENCODES = ("/v1/embeddings", "/pooling")  # the endpoints with an encoding_format
 
 
-def good_stream(server, endpoint, body, check, stop: threading.Event, results: list):
-    """Send ``body`` to ``endpoint`` again and again until ``stop``; append
-    whether each answer was 200 and passed ``check``."""
-    while not stop.is_set():
-        r = post(server, endpoint, body, timeout=120)
-        results.append(r.status_code == 200 and check(r.json()))
+def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[str, str]):
+    """(endpoint, body or raw bytes, fault, status, words of the message) for
+    every endpoint and fault. An endpoint the model does not serve answers
+    every request with 404 naming that; ``pooling_tasks``: task asked of
+    /pooling -> words of the refusal."""
+    cases = []
+    for e in ENDPOINTS:
+        good = {"model": model, **GOOD[e]}
+        if e not in serves:
+            unserved = (404, [f"This server's model does not serve {e}"])
+            cases += [(e, good, "task not served", *unserved),
+                      (e, {**good, "encoding_format": "base64"}, "base64", *unserved)]
+            continue
+        cases += [
+            (e, {**good, **EMPTY[e]}, "empty input", 400, [EMPTY_MESSAGE[e]]),
+            (e, {**good, **TOO_LONG[e]}, "over max_model_len", 400, [f"maximum context length is {max_len} tokens"]),
+            (e, {**good, "model": "no-such-model"}, "wrong model", 404, ["The model `no-such-model` does not exist"]),
+            (e, json.dumps(good).encode()[:-5], "malformed JSON", 400, ["JSON decode error"]),
+        ]
+        if e not in ENCODES:
+            cases.append((e, {**good, "encoding_format": "base64"}, "base64", 400,
+                          ["encoding_format='base64' is not supported by this endpoint"]))
+    for task, words in pooling_tasks.items():
+        cases.append(("/pooling", {"model": model, "input": "a cat", "task": task}, f"task {task}", 400, [words]))
+    return cases
+
+
+def send(server, endpoint, body):
+    if isinstance(body, bytes):
+        return requests.post(server.url(endpoint), data=body, headers={"Content-Type": "application/json"},
+                             timeout=120)
+    return post(server, endpoint, body, timeout=120)
 
 
 def check_faults(server, cases, good):
-    """Every (endpoint, good body, fault, status, words) of ``cases`` gets
-    its status and a message with the words, while ``good`` = (endpoint,
-    body, check) runs on another client; returns the rows (endpoint, fault,
-    status, message) and asserts the good stream stayed correct."""
+    """Send every case of ``fault_cases`` while another client sends ``good``
+    = (endpoint, body, check of the answer) again and again: each case gets
+    its status and a message with its words, every good answer is correct.
+    Prints the rows (endpoint | fault | status | message)."""
     stop, results = threading.Event(), []
-    stream = threading.Thread(target=good_stream, args=(server, *good, stop, results))
-    stream.start()
+
+    def stream():
+        while not stop.is_set():
+            r = post(server, good[0], good[1], timeout=120)
+            results.append(r.status_code == 200 and good[2](r.json()))
+
+    thread = threading.Thread(target=stream)
+    thread.start()
     rows, failures = [], []
     try:
         for endpoint, body, fault, status, words in cases:
-            r = bad_input(server, endpoint, body, fault, server.served_model())
-            message = error_message(r) if r.headers.get("content-type", "").startswith("application/json") \
-                and "error" in r.json() else r.text
+            r = send(server, endpoint, body)
+            try:
+                message = r.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = r.text
             rows.append((endpoint, fault, r.status_code, message))
             if r.status_code != status or not all(w in message for w in words):
                 failures.append(f"{endpoint} {fault}: {r.status_code} {message!r} (want {status} naming {words})")
     finally:
         stop.set()
-        stream.join()
-    print("\n".join(f"| {e} | {f} | {s} | {m[:160]} |" for e, f, s, m in rows))
+        thread.join()
+    print("\n" + "\n".join(f"| {server.name} | {e} | {f} | {s} | {m[:200]!r} |" for e, f, s, m in rows))
     assert failures == []
-    assert len(results) >= 1 and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
-    return rows
+    assert results and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
+    assert server.runner() == "MRV2"  # still serving, same worker
 
 
 # ------------------------------------------------------------------ embed: all-MiniLM-L6-v2
@@ -250,13 +262,9 @@ class TestEmbedServer:
     def test_bad_input(self, embed_server):
         server, ref = embed_server
         model = server.served_model()
-        ok = {"/v1/embeddings": {"model": model, "input": "a cat"},
-              "/pooling": {"model": model, "input": "a cat"}}
-        cases = [(e, b, f, *FAULTS[f]) for e, b in ok.items() for f in FAULTS]
-        cases += [
-            ("/pooling", {"model": model, "input": "a cat", "task": "classify"}, "task", 400,
-             ["Unsupported task: 'classify'"]),
-        ]
+        cases = fault_cases(model, {"/v1/embeddings", "/pooling", "/score", "/rerank"}, 256,
+                            {"classify": "Unsupported task: 'classify'",
+                             "token_embed": "This server runs the pooling task 'embed', not 'token_embed'"})
         good = ("/v1/embeddings", {"model": model, "input": ref["texts"][0]},
                 lambda b: abs(np.asarray(b["data"][0]["embedding"]) - ref["vectors"][0]).max() <= TOL)
         check_faults(server, cases, good)
@@ -292,6 +300,15 @@ class TestCrossEncoderServer:
             assert x["document"]["text"] == ref["docs"][x["index"]]
             assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= TOL
 
+    def test_bad_input(self, cross_server):
+        server, ref = cross_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/classify", "/score", "/rerank"}, 512,
+                            {"embed": "Unsupported task: 'embed'"})
+        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
+                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
+        check_faults(server, cases, good)
+
 
 # ------------------------------------------------------------------ classifier
 
@@ -322,6 +339,14 @@ class TestClassifierServer:
         assert r.status_code == 200, r.text
         got = np.asarray([d["data"] for d in r.json()["data"]])
         assert abs(got - ref["probs"]).max() <= TOL
+
+    def test_bad_input(self, cls_server):
+        server, ref = cls_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/classify"}, 512, {"embed": "Unsupported task: 'embed'"})
+        good = ("/classify", {"model": model, "input": ref["texts"][0]},
+                lambda b: abs(np.asarray(b["data"][0]["probs"]) - ref["probs"][0]).max() <= TOL)
+        check_faults(server, cases, good)
 
 
 # ------------------------------------------------------------------ ColBERT
@@ -359,6 +384,16 @@ class TestColbertServer:
             got = np.asarray(d["data"], dtype=np.float32)
             assert got.shape == want.shape and want.shape[1] == 32
             assert abs(got - want).max() <= TOL
+        assert server.late_interaction_state() == EMPTY_STATE
+
+    def test_bad_input(self, colbert_server):
+        server, ref = colbert_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/score", "/rerank"}, 512,
+                            {"embed": "Unsupported task: 'embed'"})
+        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
+                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
+        check_faults(server, cases, good)
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_disconnects_in_the_middle_of_rerank_leave_nothing(self, colbert_server, sentences):
