@@ -13,8 +13,12 @@
    ``/rerank`` requests (1 query, 4 documents each) from 16 clients, 100 of
    them hanging up at a random point of their request; the resident memory
    of the server's processes (API server, engine core, worker) sampled
-   every 500 requests after a warm-up of 500, and the worker's
-   late-interaction state at the end (no cached query, no pending document).
+   every 500 requests after a warm-up of 500, then in the worker (through
+   ``WorkerProbe.probe_memory``) its live Python objects and its resident
+   memory after ``gc.collect()`` and glibc's ``malloc_trim(0)`` (what it
+   really uses, without the freed heap the allocator keeps); and the
+   worker's late-interaction state at the end (no cached query, no pending
+   document).
 
     python -m scripts.bench --sections serve [--reps N] [--quick]
 """
@@ -39,6 +43,13 @@ from scripts.base import REPO
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
 MEMORY_REQUESTS, MEMORY_DISCONNECTS, MEMORY_CONCURRENCY, MEMORY_SAMPLE_EVERY = 5000, 100, 16, 500
 EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+
+
+def server_env() -> dict:
+    """The servers' environment: this process's without ``TRITON_INTERPRET``
+    (``scripts.bench`` sets it for its own engines), so MRV2 runs as users
+    get it (``scripts.engine.expected_input_preparation``)."""
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
 
 def write_dataset(path: Path, texts: list[str]) -> Path:
@@ -78,8 +89,9 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
     from scripts.server import VllmServer
 
     texts = mixed_length_texts(sentences, requests)
-    servers = {"mrv2": VllmServer(minilm_path(), name="bench-serve-mrv2", runner="default"),
-               "v1": VllmServer(minilm_path(), name="bench-serve-v1", runner="v1")}
+    env = server_env()
+    servers = {"mrv2": VllmServer(minilm_path(), name="bench-serve-mrv2", runner="default", env=env),
+               "v1": VllmServer(minilm_path(), name="bench-serve-v1", runner="v1", env=env)}
     result = {"model": "all-MiniLM-L6-v2", "requests": requests, "concurrency": concurrency,
               "client": "vllm bench serve --backend openai-embeddings (custom dataset, request rate inf)",
               "servers": {}, "rounds": {name: [] for name in servers}}
@@ -89,6 +101,8 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
         for name, s in servers.items():
             s.wait_ready()
             result["servers"][name] = {"runner": s.runner(), "startup_s": s.startup_seconds, "log": str(s.log)}
+            if result["servers"][name]["runner"] == "MRV2":
+                result["servers"][name]["input_preparation"] = s.input_preparation()
         with tempfile.TemporaryDirectory() as tmp:
             dataset = write_dataset(Path(tmp) / "sts-mixed.jsonl", texts)
             warm = write_dataset(Path(tmp) / "warm.jsonl", texts[:128])
@@ -130,7 +144,7 @@ def _hang_up(port: int, body: bytes, delay: float) -> None:
 
 def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS,
                  disconnects: int = MEMORY_DISCONNECTS, concurrency: int = MEMORY_CONCURRENCY,
-                 sample_every: int = MEMORY_SAMPLE_EVERY) -> dict:
+                 sample_every: int = MEMORY_SAMPLE_EVERY, runner: str = "default") -> dict:
     """Section 2 (see the module docstring): resident memory (MiB) of the
     server's processes after every ``sample_every`` requests (the first
     sample after a warm-up of ``sample_every``), its growth from the first
@@ -144,7 +158,7 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     model = make_tiny_colbert(REPO / ".build" / "models" / "tiny-hf-colbert")
     rng = random.Random(0)
     hang_ups = set(rng.sample(range(sample_every, requests), disconnects))
-    with VllmServer(model, name="bench-serve-memory") as server:
+    with VllmServer(model, name=f"bench-serve-memory-{runner}", runner=runner, env=server_env()) as server:
         name = server.served_model()
         runner = server.runner()
         url, port = server.url("/rerank"), server.port
@@ -169,19 +183,34 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
             if bar is not None:
                 bar.update(1)
 
+        def sample(n):
+            by_process = {k: v / 2**20 for k, v in server.rss_by_process().items()}
+            samples.append((n, sum(by_process.values())))
+            per_process.append((n, by_process))
+            worker = server.worker_memory()
+            worker_samples.append((n, worker["python_objects"], worker["rss"] / 2**20,
+                                   (worker["rss_after_malloc_trim"] or 0) / 2**20))
+
+        samples, per_process, worker_samples = [], [], []
         run(0, sample_every)  # warm-up
-        samples = [(sample_every, server.rss_bytes() / 2**20)]
+        sample(sample_every)
         for lo in range(sample_every, requests, sample_every):
             if bar is not None:
                 bar.set_postfix_str(f"memory {lo}/{requests}")
             run(lo, min(lo + sample_every, requests))
-            samples.append((min(lo + sample_every, requests), server.rss_bytes() / 2**20))
+            sample(min(lo + sample_every, requests))
         deadline = time.monotonic() + 60
         while (state := server.late_interaction_state()) != EMPTY_STATE and time.monotonic() < deadline:
             time.sleep(1)
     rss = [m for _, m in samples]
     return {"model": "tiny HF_ColBERT (random, 2 layers, dim 32)", "runner": runner, "requests": requests,
             "disconnects": disconnects, "concurrency": concurrency, "samples_mib": samples,
+            "per_process_mib": per_process,
+            "worker_samples": [{"requests": n, "python_objects": o, "rss_mib": r, "rss_after_malloc_trim_mib": t}
+                               for n, o, r, t in worker_samples],
+            "worker_python_objects_growth": worker_samples[-1][1] - worker_samples[0][1],
+            "worker_trimmed_growth_mib": worker_samples[-1][3] - worker_samples[0][3],
+            "growth_by_process_mib": {k: per_process[-1][1].get(k, 0) - v for k, v in per_process[0][1].items()},
             "growth_mib": rss[-1] - rss[0], "spread_mib": max(rss) - min(rss),
             "growth_after_half_mib": rss[-1] - rss[len(rss) // 2],
             "not_200": len(bad), "not_200_examples": bad[:5], "final_state": state,
@@ -210,7 +239,8 @@ def summary_lines(sec: dict) -> list[str]:
     load = sec.get("load")
     if load:
         med = load["median"]
-        runners = {n: s["runner"] for n, s in load["servers"].items()}
+        runners = {n: s["runner"] + (f", {s['input_preparation']}" if "input_preparation" in s else "")
+                   for n, s in load["servers"].items()}
         rows = [f"| {n} ({runners[n]}) | {m['request_throughput']:.1f} | {m['p50_e2el_ms']:.0f} | "
                 f"{m['p99_e2el_ms']:.0f} | {m['completed']} | {m['failed']} |" for n, m in med.items()]
         r = load["ratios"]
@@ -227,7 +257,11 @@ def summary_lines(sec: dict) -> list[str]:
         out += ["", f"server memory ({mem['runner']}, {mem['model']}): {mem['requests']} late-interaction /rerank "
                     f"requests, {mem['disconnects']} clients hanging up mid-request; resident MiB after N requests: "
                     f"{samples}; growth {mem['growth_mib']:+.1f} MiB (second half {mem['growth_after_half_mib']:+.1f}), "
-                    f"spread {mem['spread_mib']:.1f} MiB; answers not 200: {mem['not_200']}; worker state at the end: "
+                    f"spread {mem['spread_mib']:.1f} MiB (by process: "
+                    + ", ".join(f"{k} {v:+.1f}" for k, v in mem.get("growth_by_process_mib", {}).items())
+                    + f"); in the worker after gc and malloc_trim (memory in use): "
+                    f"{mem['worker_trimmed_growth_mib']:+.1f} MiB, Python objects "
+                    f"{mem['worker_python_objects_growth']:+d}; answers not 200: {mem['not_200']}; worker state at the end: "
                     f"{'clean' if mem['state_clean'] else mem['final_state']}"]
     return out
 

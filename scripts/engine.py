@@ -267,6 +267,27 @@ class WorkerProbe:
         """``late_interaction_state``: cached queries, their uses, pending documents."""
         return late_interaction_state(self)
 
+    def probe_memory(self) -> dict:
+        """After ``gc.collect()``: the worker's live Python objects, its
+        resident memory (bytes), and its resident memory once glibc's
+        ``malloc_trim(0)`` has handed freed heap back to the system (None
+        without glibc). Memory still resident after the trim is in use;
+        what the trim returns was freed but kept by the allocator."""
+        import ctypes
+        import gc
+
+        import psutil
+
+        gc.collect()
+        process = psutil.Process()
+        rss = process.memory_info().rss
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            trimmed = process.memory_info().rss
+        except (OSError, AttributeError):
+            trimmed = None
+        return {"python_objects": len(gc.get_objects()), "rss": rss, "rss_after_malloc_trim": trimmed}
+
 
 def runner_kind(class_name: str) -> str:
     """``"MRV2"`` or ``"V1"`` for a model runner's qualified class name (see

@@ -13,7 +13,7 @@ stay on the terminal.
   reach the terminal;
 - makes vLLM's own log lines go to the same file in every process, through
   upstream's ``VLLM_LOGGING_CONFIG_PATH`` (a ``logging.FileHandler`` with
-  vLLM's formatter), and Python warnings too;
+  vLLM's formatter), and Python warnings and torch's log lines too;
 - says on the terminal where the log is.
 
 ``VERBOSE=1`` turns it off (everything on the terminal, as before).
@@ -64,6 +64,11 @@ def quiet_vllm(job: str, directory: Path = LOGS) -> Path | None:
     }, indent=2))
     os.environ["VLLM_LOGGING_CONFIG_PATH"] = str(config)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+    # torch's logging handlers bind to the sys.stderr of the moment it is
+    # imported: importing it before the swap sends its warnings (e.g. "No CUDA
+    # runtime is found") to the standard error that goes to the log below.
+    import torch  # noqa: F401
 
     sys.stdout.flush()
     sys.stderr.flush()

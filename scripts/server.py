@@ -85,6 +85,8 @@ class VllmServer:
         self.start_timeout = start_timeout
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
+        # its log lines go to its own log (not to a quiet job's, scripts.quiet)
+        self.env.pop("VLLM_LOGGING_CONFIG_PATH", None)
         self.env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
         if RUNNER_ENV[runner] is not None:
             self.env["VLLM_USE_V2_MODEL_RUNNER"] = RUNNER_ENV[runner]
@@ -215,19 +217,34 @@ class VllmServer:
         (state,) = self.worker("probe_late_interaction_state")
         return state
 
-    def rss_bytes(self) -> int:
-        """Resident memory of the server and every process under it (API
-        server, engine core, worker), bytes."""
+    def worker_memory(self) -> dict:
+        """The worker's ``WorkerProbe.probe_memory``: live Python objects,
+        resident bytes, resident bytes after ``malloc_trim``."""
+        (memory,) = self.worker("probe_memory")
+        return memory
+
+    def rss_by_process(self) -> dict[str, int]:
+        """Resident memory in bytes of the server's processes, by name: the
+        API server (``api_server``) and each process under it by its title
+        (``VLLM::EngineCore``, ``VLLM::Worker``; helpers such as
+        multiprocessing's resource tracker by their command)."""
         import psutil
 
         root = psutil.Process(self.proc.pid)
-        total = 0
-        for p in [root, *root.children(recursive=True)]:
+        out = {"api_server": root.memory_info().rss}
+        for p in root.children(recursive=True):
             try:
-                total += p.memory_info().rss
+                name = p.cmdline()[0] if p.cmdline() else p.name()
+                name = name if name.startswith("VLLM::") else p.name()
+                out[name] = out.get(name, 0) + p.memory_info().rss
             except psutil.NoSuchProcess:
                 pass
-        return total
+        return out
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server and every process under it (API
+        server, engine core, worker), bytes."""
+        return sum(self.rss_by_process().values())
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server's log."""

@@ -23,6 +23,8 @@ subprocess.run([sys.executable, "-c", "print('engine process output')"], check=T
 from vllm.logger import init_logger
 init_logger("vllm.quiet_test").info("vllm log line")
 warnings.warn("a python warning")
+import logging
+logging.getLogger("torch.quiet_test").warning("torch log line")
 print("table", file=sys.stderr)
 """
 
@@ -37,7 +39,7 @@ def test_vllm_output_goes_to_the_log(tmp_path):
     log = (tmp_path / "job.log").read_text()
     assert proc.stdout == f"vLLM's output (log lines, engine processes): {tmp_path / 'job.log'}\njob line\n"
     assert proc.stderr == "table\n"
-    for line in ("native write", "engine process output", "vllm log line", "a python warning"):
+    for line in ("native write", "engine process output", "vllm log line", "a python warning", "torch log line"):
         assert line in log
     assert "job line" not in log and "table" not in log
 
