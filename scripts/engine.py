@@ -71,6 +71,19 @@ def late_interaction_counts(worker) -> dict:
     return dict(_late_interaction_runner(worker).request_counts)
 
 
+def cudagraph_mode_of(worker) -> str:
+    """Runs in the worker: the CUDA-graph mode its model runner resolved
+    (``CUDAGraphMode`` name; ``NONE`` when no graph is captured), read from
+    the compilation config both runners resolve it into."""
+    return worker.model_runner.vllm_config.compilation_config.cudagraph_mode.name
+
+
+def cudagraph_mode(llm) -> str:
+    """``cudagraph_mode_of`` the engine's worker."""
+    (mode,) = set(llm.collective_rpc(cudagraph_mode_of))
+    return mode
+
+
 def runner_in_use(llm) -> str:
     """``"MRV2"`` or ``"V1"``: the model runner the engine's worker really built.
 
@@ -83,13 +96,13 @@ def runner_in_use(llm) -> str:
 
 def input_preparation_kind(worker) -> str:
     """Runs in the worker: how its MRV2 runner prepares step inputs —
-    ``"native"`` (patch 0008's torch kernels, no usable Triton),
+    ``"native"`` (patch 0008's native CPU kernels, no usable Triton),
     ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
     ``"triton"`` (compiled Triton kernels)."""
     from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
-    from vllm.v1.worker.gpu import native_kernels
+    from vllm.v1.worker.cpu import input_preparation
 
-    if native_kernels.USE_NATIVE_INPUT_PREP:
+    if input_preparation.installed():
         return "native"
     return "triton-interpreter" if TRITON_VIA_INTERPRETER else "triton"
 
@@ -226,6 +239,26 @@ def hf_forward(model_dir, prompts: list, auto_class: str = "AutoModel", output: 
             ids = torch.tensor([p]) if isinstance(p, list) else tok(p, return_tensors="pt")["input_ids"]
             out.append(getattr(model(input_ids=ids), output)[0].numpy().astype(np.float32))
     return out
+
+
+def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray:
+    """transformers reference of a one-label cross-encoder's ``LLM.score``:
+    the sigmoid of the logit of each pair ``(first[i], second[i])``, tokenized
+    as a pair (token types included), fp32, shape (N,)."""
+    import torch
+
+    tok, model = _hf(model_dir, "AutoModelForSequenceClassification")
+    scores = []
+    with torch.inference_mode():
+        for a, b in zip(first, second):
+            scores.append(torch.sigmoid(model(**tok(a, b, return_tensors="pt")).logits[0, 0]).item())
+    return np.asarray(scores, dtype=np.float32)
+
+
+def maxsim(query: np.ndarray, doc: np.ndarray) -> float:
+    """ColBERT's MaxSim of a query's and a document's token embeddings
+    ([n_q, d], [n_d, d]): each query token's best dot product, summed."""
+    return float((query @ doc.T).max(axis=1).sum())
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:

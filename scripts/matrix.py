@@ -1,73 +1,71 @@
-"""The validation matrix (``make matrix``): every pooling task the series
-enables, on every model row of DESIGN.md, on MRV2 (chosen by default) and on
-the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``), each against a reference
-computed with transformers / sentence-transformers on the same weights; and
-the MTEB STS row: STS-B test evaluated with the ``mteb`` package through a
-local task, once with sentence-transformers and once with the patched engine
-(mteb's own ``VllmEncoderWrapper``).
+"""The validation matrix (``make matrix``): every pooling architecture of the
+base's registry (``scripts/inventory.py``), each instantiable one checked
+task by task (``scripts/matrix_rows.py``) on the runner vLLM picks by default
+(asserted: MRV2 unless the selector keeps the model on V1) and on the V1
+runner (``VLLM_USE_V2_MODEL_RUNNER=0``), against transformers on the same
+weights (``scripts/references.py``), fp32, max abs error <= 1e-4; plus the
+real-weight rows (all-MiniLM-L6-v2 against sentence-transformers) and the
+MTEB STS rows (STS-B test through ``mteb``, sentence-transformers against
+the engine through mteb's ``VllmEncoderWrapper``).
 
-One report: a Markdown table printed last and written to
-``reports/matrix.md``, the same rows as JSON (``reports/matrix.json``) and as
-JUnit XML (``reports/matrix-junit.xml``, one test case per row) for
-Buildkite's test view. A row that cannot run fails with its reason; nothing is
-skipped. Exit status 1 when any row fails.
+Engines run inside this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one
+engine per case and runner, every task of the case through it): start-up
+then costs seconds instead of a minute, which is what keeps ~100 engines
+under 30 minutes. ``--processes`` runs them as users get them (engine core
+and worker processes). Nothing is skipped: a row that cannot run fails with
+its reason. Reports: ``reports/matrix.md`` (grouped by family, with the
+inventory), ``reports/matrix.json`` and ``reports/matrix-junit.xml``. Exit
+status 1 when any row fails.
 
-    python -m scripts.matrix [--rows ID,ID...]   # row ids: python -m scripts.matrix --list
+    python -m scripts.matrix [--rows ID,...] [--cases ID,...] [--list] [--processes]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import time
 import traceback
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from scripts.base import REPO
 from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
-                            hf_forward, hf_last_token_embed, l2_normalize, open_llm, rowwise_cosine,
-                            select_runner, st_embed)
+                            hf_forward, input_preparation, l2_normalize, open_llm, rowwise_cosine,
+                            runner_in_use, select_runner, st_embed)
 from scripts.engine import quiet_vllm
-from scripts.models import (colbert_reference, make_tiny_bert, make_tiny_colbert, make_tiny_qwen3,
-                            minilm_path, sts_test)
+from scripts.matrix_rows import CASES, Case, inputs
+from scripts.models import minilm_path, sts_test
+from scripts.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
 
-REPORTS = REPO / "reports"
 MODELS = REPO / ".build" / "models"
+REPORTS_DIR = REPO / "reports"
 RUNNERS = {"MRV2": "default", "V1": "v1"}  # MRV2 must be what vLLM picks by default
+# Small models: a 64 MiB KV cache instead of 30% of the node (allocating that is most of a start-up)
+ENGINE_DEFAULTS = {"kv_cache_memory_bytes": 64 << 20}
 
 
-@dataclass(frozen=True)
-class Check:
-    """A matrix row without its runner: what is compared with what."""
-
-    id: str
-    task: str
-    model: str
-    reference: str
-    metric: str  # "max abs error", "min cosine" or "abs delta"
-    tolerance: float
-    measure: Callable[[str], float]  # runner ("default" or "v1") -> metric value
-
-    def passes(self, value: float) -> bool:
-        return value >= self.tolerance if self.metric == "min cosine" else value <= self.tolerance
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis (kept for the e2e tests)."""
+    return activation(x) if x.shape[-1] > 1 else np.ones_like(x)
 
 
 @dataclass
 class Row:
-    """One result of the matrix."""
+    """One result: an (architecture, task, runner) of a case, or a real-weight / MTEB check."""
 
     id: str
+    family: str
+    architecture: str
     task: str
-    model: str
     runner: str
+    ran: str | None  # the runner the worker really built
+    input_preparation: str | None  # MRV2's: native / triton / triton-interpreter
+    prep: str  # how the inputs were prepared
     reference: str
     metric: str
     value: float | None
@@ -75,84 +73,147 @@ class Row:
     passed: bool
     seconds: float
     reason: str | None = None
+    known_fault: str | None = None
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+def in_process(enable: bool = True) -> None:
+    """Engines opened from now on run inside this process (no engine-core and
+    worker processes) when ``enable``."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if enable else "1"
 
 
-def maxsim(q: np.ndarray, d: np.ndarray) -> float:
-    """ColBERT's MaxSim: each query token's best dot product over the document's tokens, summed."""
-    return float((q @ d.T).max(axis=1).sum())
+def close(llm) -> None:
+    """Shut an engine down; in-process, also tear down its distributed state so
+    that the next engine can initialise it again."""
+    close_llm(llm)
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
 
 
-def on_engine(model, runner: str, fn, **kwargs):
-    """Open an engine on ``runner``; fail unless the expected runner ran; apply fn."""
-    want = {"default": "MRV2", "v1": "V1"}[runner]
-    llm = open_llm(model, runner=runner, **kwargs)
+def use_task(llm, task: str) -> None:
+    """Point the offline front-end at ``task``. ``LLM`` serves one pooling
+    task per instance (``PoolerConfig.task``, else the model's first
+    supported one) and builds input processors for that one only
+    (``vllm/entrypoints/pooling/offline.py``, ``factories.py``), although
+    its engine serves every supported task, as the server does per request.
+    Building the other tasks' processors with the same factory and
+    switching between calls runs all of a model's tasks through one engine.
+    ``AssertionError`` when the engine does not support ``task``."""
+    from vllm.entrypoints.pooling.factories import init_pooling_io_processors
+
+    if task not in llm.supported_tasks:
+        raise AssertionError(f"{task} not among the engine's supported tasks {llm.supported_tasks}")
+    if task not in llm.pooling_io_processors:
+        pooler_config = llm.model_config.pooler_config
+        saved, pooler_config.task = pooler_config.task, task
+        try:
+            llm.pooling_io_processors.update(init_pooling_io_processors(
+                llm.supported_tasks, llm.llm_engine.vllm_config, llm.renderer, llm.chat_template_config))
+        finally:
+            pooler_config.task = saved
+    llm.pooling_task = task
+
+
+def max_abs_error(got: list, want: list) -> float:
+    """Largest |got - want| over matching arrays; ``AssertionError`` when the
+    counts or shapes differ."""
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, {len(want)} expected")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape:
+            raise AssertionError(f"output {i}: shape {g.shape}, reference {w.shape}")
+    return float(max(np.abs(g - w).max() for g, w in zip(got, want)))
+
+
+def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
+    """Every (task, runner) row of ``case``: one engine per runner, every task
+    through it. Never raises: a row that cannot run fails with its reason."""
+    engine_env()
+    multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    rows: list[Row] = []
+    model = refs = None
     try:
-        assert_runner(llm, want)
+        model = case.make(MODELS / (case.checkpoint or case.id))
+        refs = {t.name: t.reference(model, inputs(t.inputs)) for t in case.tasks}
+    except Exception as e:
+        traceback.print_exc()
+        setup_error = f"checkpoint or reference: {type(e).__name__}: {e}"
+    for runner in runners or case.runners:
+        start = time.perf_counter()
+        ran = prep = None
+        results: dict[str, tuple[float | None, str | None]] = {}
+        llm = None
+        try:
+            if refs is None:
+                raise RuntimeError(setup_error)
+            # The Transformers backend decorates transformers' model classes in the process that
+            # builds the model (vllm/compilation/decorators.py): keep that out of this process,
+            # whose references construct those classes.
+            if case.engine.get("model_impl") == "transformers":
+                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+            llm = open_llm(model, runner="default" if runner == case.default else "v1",
+                           **{**ENGINE_DEFAULTS, **case.engine})
+            ran = runner_in_use(llm)
+            prep = input_preparation(llm) if ran == "MRV2" else None
+            wrong = None
+            try:
+                assert_runner(llm, runner)
+            except AssertionError as e:
+                wrong = f"runner: {e}"
+            default_task = llm.pooling_task
+            for t in case.tasks:
+                try:
+                    use_task(llm, default_task if t.name == "score" else t.name.split(" ")[0])
+                    got = t.run(llm, inputs(t.inputs))
+                    value = max_abs_error(got, refs[t.name])
+                    bad = None if value <= t.tolerance else f"max abs error {value:.3g} > {t.tolerance:g}"
+                    results[t.name] = (value, wrong or bad)
+                except Exception as e:
+                    traceback.print_exc()
+                    results[t.name] = (None, wrong or f"{type(e).__name__}: {e}")
+        except Exception as e:
+            traceback.print_exc()
+            results = {t.name: (None, f"engine: {type(e).__name__}: {str(e)[:500]}") for t in case.tasks}
+        finally:
+            if llm is not None:
+                close(llm)
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
+        seconds = (time.perf_counter() - start) / max(1, len(case.tasks))
+        for t in case.tasks:
+            value, reason = results[t.name]
+            rows.append(Row(f"{case.id}/{t.name}/{runner}", case.family, case.architecture, t.name, runner,
+                            ran, prep, case.prep, t.reference_label, "max abs error", value, t.tolerance,
+                            reason is None, seconds, reason, case.known_fault))
+    return rows
+
+
+# --- real weights and MTEB STS (all-MiniLM-L6-v2) ---------------------------------------------
+
+
+def _on_engine(model, runner: str, fn: Callable, **kwargs):
+    llm = open_llm(model, runner=RUNNERS[runner], **kwargs)
+    try:
+        assert_runner(llm, runner)
         return fn(llm)
     finally:
-        close_llm(llm)
+        close(llm)
 
 
-def _sentences(n: int | None = None) -> list[str]:
-    return sts_test().sentences[:n]
-
-
-def embed_minilm(runner: str) -> float:
-    sentences = _sentences()
-    got = on_engine(minilm_path(), runner, lambda llm: embed(llm, sentences)[0])
+def minilm_embed(runner: str) -> float:
+    """min cosine of the engine's embeddings of STS-B test with sentence-transformers'."""
+    sentences = sts_test().sentences
+    got = _on_engine(minilm_path(), runner, lambda llm: embed(llm, sentences)[0])
     return float(rowwise_cosine(got, st_embed(minilm_path(), sentences)).min())
 
 
-def embed_last_token(runner: str) -> float:
-    model, sentences = make_tiny_qwen3(MODELS / "tiny-qwen3"), _sentences(256)
-    got = on_engine(model, runner, lambda llm: embed(llm, sentences)[0])
-    return float(abs(got - hf_last_token_embed(model, sentences)).max())
-
-
-def classify(runner: str) -> float:
-    model, sentences = make_tiny_bert(MODELS / "bert-seq-cls", "seq_cls"), _sentences(256)
-    got = on_engine(model, runner, lambda llm: np.stack(
-        [np.asarray(o.outputs.probs, dtype=np.float32) for o in llm.classify(sentences, use_tqdm=False)]))
-    ref = softmax(np.stack(hf_forward(model, sentences, "AutoModelForSequenceClassification", "logits")))
-    return float(abs(got - ref).max())
-
-
-def _per_token(llm, prompts, task):
-    return [o.outputs.data.float().numpy() for o in llm.encode(prompts, pooling_task=task, use_tqdm=False)]
-
-
-def _max_abs(got: list, ref: list) -> float:
-    if len(got) != len(ref) or any(g.shape != r.shape for g, r in zip(got, ref)):
-        raise AssertionError("output shapes differ from the reference")
-    return float(max(abs(g - r).max() for g, r in zip(got, ref)))
-
-
-def token_classify(runner: str) -> float:
-    model, sentences = make_tiny_bert(MODELS / "bert-token-cls", "token_cls"), _sentences(128)
-    got = on_engine(model, runner, lambda llm: _per_token(llm, sentences, "token_classify"))
-    ref = [softmax(x) for x in hf_forward(model, sentences, "AutoModelForTokenClassification", "logits")]
-    return _max_abs(got, ref)
-
-
-def token_embed(runner: str) -> float:
-    sentences = _sentences(128)
-    got = on_engine(minilm_path(), runner, lambda llm: _per_token(llm, sentences, "token_embed"),
-                    pooler_config={"task": "token_embed"})
-    return _max_abs(got, [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)])
-
-
-def late_interaction(runner: str) -> float:
-    model = make_tiny_colbert(MODELS / "tiny-hf-colbert")
-    pairs = sts_test()
-    query, docs = pairs.first[0], pairs.second[:32]
-    got = on_engine(model, runner, lambda llm: [o.outputs.score for o in llm.score(query, docs, use_tqdm=False)])
-    ref = colbert_reference(model, [query] + docs)
-    return float(np.abs(np.asarray(got) - [maxsim(ref[0], d) for d in ref[1:]]).max())
+def minilm_token_embed(runner: str) -> float:
+    sentences = sts_test().sentences[:128]
+    got = _on_engine(minilm_path(), runner, lambda llm: [
+        o.outputs.data.float().numpy() for o in llm.encode(sentences, pooling_task="token_embed", use_tqdm=False)],
+        pooler_config={"task": "token_embed"})
+    return max_abs_error(got, [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)])
 
 
 def mteb_sts(runner: str) -> float:
@@ -162,7 +223,7 @@ def mteb_sts(runner: str) -> float:
 
     reference = mteb_sts_reference()
     engine_env()
-    select_runner(runner)
+    select_runner(RUNNERS[runner])
     spawn = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")
     wrapper = VllmEncoderWrapper(str(minilm_path()), dtype="float32", gpu_memory_utilization=0.3,
                                  enforce_eager=True, trust_remote_code=False)
@@ -172,12 +233,11 @@ def mteb_sts(runner: str) -> float:
     else:
         os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = spawn
     try:
-        want = {"default": "MRV2", "v1": "V1"}[runner]
-        assert_runner(wrapper.llm, want)
+        assert_runner(wrapper.llm, runner)
         score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
                               show_progress_bar=False).task_results[0].get_score()
     finally:
-        close_llm(wrapper.llm)
+        close(wrapper.llm)
     return abs(score - reference)
 
 
@@ -210,100 +270,76 @@ def local_sts_task():
     return LocalSTSBenchmark()
 
 
-CHECKS = [
-    Check("embed", "embed", "all-MiniLM-L6-v2", "sentence-transformers", "min cosine", 0.99999, embed_minilm),
-    Check("embed-last-token", "embed (last token)", "tiny Qwen3 (random)",
-          "transformers last hidden state, normalised", "max abs error", 1e-4, embed_last_token),
-    Check("classify", "classify", "tiny BertForSequenceClassification (random)", "transformers softmax",
-          "max abs error", 1e-4, classify),
-    Check("token-classify", "token_classify", "tiny BertForTokenClassification (random)",
-          "transformers per-token softmax", "max abs error", 1e-4, token_classify),
-    Check("token-embed", "token_embed", "all-MiniLM-L6-v2 (BERT encoder)",
-          "transformers last_hidden_state per token, normalised", "max abs error", 1e-4, token_embed),
-    Check("late-interaction", "late-interaction score", "tiny HF_ColBERT (random)",
-          "MaxSim over transformers token embeddings", "max abs error", 1e-4, late_interaction),
-    Check("mteb-sts", "MTEB STS (STSBenchmark test)", "all-MiniLM-L6-v2", "sentence-transformers under mteb",
-          "abs delta", 1e-4, mteb_sts),
-]
-ROW_IDS = [f"{c.id}/{runner}" for c in CHECKS for runner in RUNNERS]
+# id: (task, metric, tolerance, reference, measure)
+REAL = {
+    "minilm-embed": ("embed", "min cosine", 0.99999, "sentence-transformers", minilm_embed),
+    "minilm-token-embed": ("token_embed", "max abs error", 1e-4,
+                           "transformers last_hidden_state per token, normalised", minilm_token_embed),
+    "mteb-sts": ("MTEB STS (STSBenchmark test)", "abs delta", 1e-4, "sentence-transformers under mteb",
+                 mteb_sts),
+}
+ROW_IDS = [f"{k}/{r}" for k in REAL for r in RUNNERS]
 
 
 def run_row(row_id: str) -> Row:
-    """Run one row (``check-id/MRV2`` or ``check-id/V1``); never raises: a row
-    that cannot run is a failed row with its reason."""
+    """One real-weight or MTEB row (``minilm-embed/MRV2``, ``mteb-sts/V1``...)."""
     check_id, runner = row_id.split("/")
-    check = next(c for c in CHECKS if c.id == check_id)
+    task, metric, tol, reference, measure = REAL[check_id]
     start = time.perf_counter()
     value, reason = None, None
     try:
-        value = float(check.measure(RUNNERS[runner]))
-        passed = bool(check.passes(value))
-        if not passed:
-            reason = f"{check.metric} {value:.3g} outside tolerance {check.tolerance:g}"
-    except Exception as e:  # the row fails with its reason; the matrix goes on
-        passed, reason = False, f"{type(e).__name__}: {e}"
+        value = float(measure(runner))
+        ok = value >= tol if metric == "min cosine" else value <= tol
+        reason = None if ok else f"{metric} {value:.3g} outside tolerance {tol:g}"
+    except Exception as e:
+        reason = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    return Row(row_id, check.task, check.model, runner, check.reference, check.metric, value,
-               check.tolerance, passed, time.perf_counter() - start, reason)
-
-
-def markdown(rows: list[Row]) -> str:
-    lines = ["| task | model | runner | reference | metric | value | tolerance | pass |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        value = "-" if r.value is None else (f"{r.value:.7f}" if r.metric == "min cosine" else f"{r.value:.3g}")
-        verdict = "pass" if r.passed else f"FAIL: {r.reason}"
-        bound = f"≥ {r.tolerance:g}" if r.metric == "min cosine" else f"≤ {r.tolerance:g}"
-        lines.append(f"| {r.task} | {r.model} | {r.runner} | {r.reference} | {r.metric} | {value} | "
-                     f"{bound} | {verdict} |")
-    return "\n".join(lines) + "\n"
-
-
-def junit(rows: list[Row]) -> ET.ElementTree:
-    suite = ET.Element("testsuite", name="validation-matrix", tests=str(len(rows)),
-                       failures=str(sum(not r.passed for r in rows)),
-                       time=f"{sum(r.seconds for r in rows):.1f}")
-    for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=f"matrix.{r.runner}", name=r.id,
-                             time=f"{r.seconds:.1f}")
-        if not r.passed:
-            ET.SubElement(case, "failure", message=r.reason or "failed").text = json.dumps(asdict(r))
-    return ET.ElementTree(suite)
-
-
-def write_reports(rows: list[Row], directory: Path = REPORTS) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "matrix.md").write_text(markdown(rows))
-    (directory / "matrix.json").write_text(json.dumps([asdict(r) for r in rows], indent=2))
-    junit(rows).write(directory / "matrix-junit.xml", encoding="utf-8", xml_declaration=True)
+    return Row(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, None,
+               None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
+               reason is None, time.perf_counter() - start, reason)
 
 
 def main(argv=None) -> int:
+    from scripts import matrix_report
+
     parser = argparse.ArgumentParser(prog="python -m scripts.matrix", description=__doc__.split("\n")[0])
-    parser.add_argument("--rows", default=",".join(ROW_IDS), help="comma-separated row ids")
-    parser.add_argument("--list", action="store_true", help="print the row ids and exit")
+    parser.add_argument("--cases", help="comma-separated case ids (default: all)")
+    parser.add_argument("--rows", help="comma-separated real-weight/MTEB row ids (default: all)")
+    parser.add_argument("--list", action="store_true", help="print the case and row ids and exit")
+    parser.add_argument("--processes", action="store_true", help="engines in their own processes, as users run them")
+    parser.add_argument("--update", action="store_true",
+                        help="replace the rows run now in the existing reports, keep the others")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(ROW_IDS))
+        print("\n".join([c.id for c in CASES] + ROW_IDS))
         return 0
-    wanted = [r for r in args.rows.split(",") if r]
-    unknown = [r for r in wanted if r not in ROW_IDS]
-    if unknown:
-        print(f"error: unknown rows {unknown}; see --list", file=sys.stderr)
+    everything = args.cases is None and args.rows is None
+    cases = [c for c in CASES if everything or c.id in (args.cases or "").split(",")]
+    real = [r for r in ROW_IDS if everything or r in (args.rows or "").split(",")]
+    unknown = set((args.cases or "").split(",")) - {c.id for c in CASES} - {""}
+    if unknown or (args.rows and set(args.rows.split(",")) - set(ROW_IDS)):
+        print(f"error: unknown ids {sorted(unknown) or args.rows}; see --list", file=sys.stderr)
         return 2
     quiet_vllm("matrix")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    in_process(not args.processes)
+    start = time.perf_counter()
     print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
-    rows = []
-    for i, row_id in enumerate(wanted, 1):
-        print(f"[{i}/{len(wanted)}] {row_id}", flush=True)
+    rows: list[Row] = []
+    for i, c in enumerate(cases, 1):
+        print(f"[{i}/{len(cases)}] {c.id} ({c.architecture})", flush=True)
+        rows += run_case(c)
+        print("  -> " + ", ".join(f"{r.task}/{r.runner}: {'pass' if r.passed else 'FAIL'}"
+                                  for r in rows if r.id.startswith(c.id + "/")), flush=True)
+    for row_id in real:
+        print(f"[real] {row_id}", flush=True)
         rows.append(run_row(row_id))
-        print(f"  -> {'pass' if rows[-1].passed else 'FAIL'} ({rows[-1].seconds:.0f} s)", flush=True)
-    write_reports(rows)
-    print("\n" + markdown(rows))
-    print(f"{sum(r.passed for r in rows)} passed, {sum(not r.passed for r in rows)} failed")
-    print(f"written {REPORTS / 'matrix.md'}, matrix.json, matrix-junit.xml")
-    return 0 if all(r.passed for r in rows) else 1
+    selections = matrix_report.selector_rows() if everything or args.update else []
+    wall = time.perf_counter() - start
+    matrix_report.write(rows, selections, wall, update=args.update)
+    failed = [r for r in rows + selections if not r.passed]
+    print(f"{len(rows) + len(selections) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

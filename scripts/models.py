@@ -83,11 +83,14 @@ def _save(dest: Path, model) -> Path:
     return dest
 
 
-def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: int = 0) -> Path:
+def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: int = 0,
+                   classifier_scale: float = 1.0) -> Path:
     """Save a random-weight BERT with ``head`` (a ``TINY_BERT_HEADS`` key):
     2 layers, hidden 128, 2 heads of 64, 512 positions, ``num_labels`` labels,
-    fp32, MiniLM's tokenizer. Reuse it when present. Raises ``KeyError`` for
-    an unknown head."""
+    fp32, MiniLM's tokenizer. ``classifier_scale`` multiplies the classifier's
+    weights (a cross-encoder with ``num_labels=1`` and a scale of 50 scores
+    pairs across (0, 1) instead of near 0.5). Reuse it when present. Raises
+    ``KeyError`` for an unknown head."""
     dest = Path(dest)
     if (dest / "config.json").exists():
         return dest
@@ -100,7 +103,11 @@ def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: in
         vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
     )
-    return _save(dest, cls(config).to(torch.float32))
+    model = cls(config).to(torch.float32)
+    if classifier_scale != 1.0:
+        with torch.no_grad():
+            model.classifier.weight.mul_(classifier_scale)
+    return _save(dest, model)
 
 
 # ColBERT backbones buildable small: transformers config and model classes,

@@ -16,7 +16,7 @@ counts in ``_update_states``), left out on both sides:
   as MRV2's CPU runner (``vllm/v1/worker/cpu/model_runner.py``) runs it
   (``PoolingRunner.pool``: pooling metadata from CPU-side state, the pooler,
   late-interaction post-processing; then ``ModelRunnerOutput`` with the
-  output handed over by ``_pooling_output``);
+  output handed over by ``cpu_pooling_output``);
 - V1: ``GPUModelRunner._pool`` of ``vllm/v1/worker/gpu_model_runner.py``
   (``InputBatch.get_pooling_metadata``, the cursor, the pooler, the finished
   mask, late-interaction post-processing, ``ModelRunnerOutput`` and the copy
@@ -164,19 +164,18 @@ def mrv2_step(step: dict):
     ``ModelRunnerOutput`` (pooler outputs on the host)."""
     import torch
 
-    from types import MethodType
-
     # MRV2's CPU runner (GPUModelRunner with the CPU's output hand-off): what runs here.
-    from vllm.v1.worker.cpu.model_runner import CPUModelRunner
+    import vllm.v1.worker.gpu.model_runner as gpu_model_runner
+    from vllm.v1.worker.cpu.model_runner import CPUModelRunner, cpu_pooling_output
     from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
     pooler, task = make_pooler(step["variant"])
     n, lens, max_reqs = step["n"], step["lens"], step["max_reqs"]
     model_config = SimpleNamespace(attn_type="encoder_only", pooler_config=SimpleNamespace(task=task),
-                                   get_vocab_size=lambda: VOCAB)
+                                   get_vocab_size=lambda: VOCAB, get_pooling_task=lambda tasks: task)
     vllm_config = SimpleNamespace(model_config=model_config,
                                   scheduler_config=SimpleNamespace(max_num_seqs=max_reqs))
-    runner = PoolingRunner(_model(pooler), vllm_config, torch.device("cpu"))  # type: ignore[arg-type]
+    runner = PoolingRunner(_model(pooler), vllm_config)  # type: ignore[arg-type]
     # slots as MRV2's RequestState hands them out (free_indices.pop())
     slots = np.arange(max_reqs - 1, max_reqs - 1 - n, -1, dtype=np.int32)
     prompt_len = np.zeros(max_reqs, dtype=np.int32)
@@ -199,7 +198,8 @@ def mrv2_step(step: dict):
         main_stream=torch.cuda.current_stream(), output_copy_stream=torch.cuda.Stream(),
         postprocess_num_computed_tokens=lambda batch: None,  # device-side, not pooling
         eplb=SimpleNamespace(step=lambda **kwargs: None))
-    fake._pooling_output = MethodType(CPUModelRunner._pooling_output, fake)
+    # the CPU runner's hand-off, put in place of AsyncPoolingOutput as the CPU runner does
+    gpu_model_runner.AsyncPoolingOutput = cpu_pooling_output
     hidden = step["hidden"]
 
     def run():

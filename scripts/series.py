@@ -317,16 +317,88 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
             problems.append(f"{name}: Last-Update must be a date, YYYY-MM-DD")
         if not any(k in fields for k in DEP3_ONE_OF):
             problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
-        if "Applied-Upstream" in fields:
-            # scripts/drift.py compares it with upstream releases (PEP 440 order)
-            from packaging.version import InvalidVersion, Version
+        problems += _dep3_forwarding_problems(name, fields)
+    return problems + lint_tests_map(names, patches_dir / "tests.toml")
 
-            first = re.split(r"[,\s]", fields["Applied-Upstream"].strip(), maxsplit=1)[0].removeprefix("v")
-            try:
-                Version(first)
-            except InvalidVersion:
-                problems.append(f"{name}: Applied-Upstream must start with the upstream release "
-                                "that carries the change, e.g. 'Applied-Upstream: 0.29.0, <how found>'")
+
+# Debian's DEP-3: Forwarded is "no", "not-needed" or where it was sent (a URL);
+# Applied-Upstream is the release that carries the change, optionally with the
+# URL or commit where upstream has it. How a release was found belongs in the
+# Description.
+_URL = r"https?://\S+"
+_APPLIED = re.compile(rf"v?(?P<version>[0-9][^,\s]*)(,\s*({_URL}|[0-9a-f]{{7,40}}))?")
+_UPSTREAM_ORIGIN = re.compile(rf"(upstream|backport)(,\s*{_URL})?|other,\s*https://github\.com/vllm-project/\S+")
+
+
+def _dep3_forwarding_problems(name: str, fields: dict[str, str]) -> list[str]:
+    """DEP-3 as Debian means it: ``Forwarded`` is ``no``, ``not-needed`` or a
+    URL, and ``not-needed`` only for distribution-specific changes (the
+    Description says why in a paragraph starting "Distribution-specific:")
+    or for upstream's own change (Origin upstream/backport, or other with an
+    upstream URL, or Applied-Upstream set); ``Applied-Upstream`` is a release
+    version, optionally with a URL or commit, nothing else."""
+    problems = []
+    forwarded = fields.get("Forwarded", "").strip()
+    if forwarded and forwarded not in ("no", "not-needed") and not re.fullmatch(_URL, forwarded):
+        problems.append(f"{name}: Forwarded must be 'no', 'not-needed' or the URL it was sent to "
+                        f"(got {forwarded!r})")
+    if forwarded == "not-needed" and not (
+            "Applied-Upstream" in fields
+            or _UPSTREAM_ORIGIN.fullmatch(fields.get("Origin", "").split("\n")[0].strip())
+            or re.search(r"(?m)^Distribution-specific:", fields.get("Description", ""))):
+        problems.append(f"{name}: 'Forwarded: not-needed' is for distribution-specific changes: "
+                        "say why in a Description paragraph starting 'Distribution-specific:', "
+                        "or use 'Forwarded: no' for a change upstream could take")
+    try:
+        applied_upstream(fields)
+    except SeriesError as e:
+        problems.append(f"{name}: {e}")
+    return problems
+
+
+def applied_upstream(fields: dict[str, str]):
+    """The release (``packaging.version.Version``) a patch's DEP-3
+    ``Applied-Upstream`` field names, or None without the field. Raises
+    ``SeriesError`` unless the field is a release version, optionally with a
+    URL or commit (how it was found belongs in the Description)."""
+    from packaging.version import InvalidVersion, Version
+
+    if "Applied-Upstream" not in fields:
+        return None
+    value = fields["Applied-Upstream"].strip()
+    m = _APPLIED.fullmatch(value)
+    try:
+        if m is not None:
+            return Version(m.group("version"))
+    except InvalidVersion:
+        pass
+    raise SeriesError("Applied-Upstream must be the upstream release that carries the change, "
+                      "optionally with its URL or commit, e.g. 'Applied-Upstream: 0.29.0, "
+                      "https://github.com/vllm-project/vllm/pull/1'; how it was found goes in the "
+                      f"Description (got {value!r})")
+
+
+def lint_tests_map(names: list[str], tests_toml: Path, collect: bool = False) -> list[str]:
+    """Problems of ``patches/tests.toml`` (each patch's unit tests, run by
+    ``drift test-upstream``): a key that names no patch of the series, and,
+    with ``collect``, a node id pytest does not collect (run from the
+    repository root). Empty when the file is absent or clean."""
+    if not tests_toml.exists():
+        return []
+    import tomllib
+
+    table = tomllib.loads(tests_toml.read_text()).get("tests", {})
+    problems = [f"{tests_toml.name}: {key} is not a patch of the series"
+                for key in table if key not in names]
+    if collect:
+        ids = sorted({node for nodes in table.values() for node in nodes})
+        files = sorted({node.split("::", 1)[0] for node in ids if (REPO / node.split("::", 1)[0]).exists()})
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                               "-p", "no:cacheprovider", *files],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        collected = set(re.findall(r"(?m)^(tests/\S+::\S+?)(?:\[.*\])?$", proc.stdout))
+        problems += [f"{tests_toml.name}: {node} is not collected by pytest"
+                     for node in ids if node not in collected]
     return problems
 
 
@@ -426,7 +498,7 @@ def _overlay(patches_dir: Path, dest: Path, name: str, replacement: Path) -> Pat
 
 
 def new(name: str, description: str, author: str, origin: str = "vendor",
-        forwarded: str = "not-needed", patches_dir: Path = PATCHES, today: str | None = None) -> Path:
+        forwarded: str = "no", patches_dir: Path = PATCHES, today: str | None = None) -> Path:
     """Start patch ``name`` on top of the series (quilt's ``new``): write its
     DEP-3 header, append it to ``series``. Edit ``vllm/``, then ``refresh``.
     Raises ``SeriesError`` if the file exists or the name is not NNNN-topic.patch."""
@@ -470,7 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--description", required=True, help="first line: summary; more lines: details")
     p.add_argument("--author", required=True)
     p.add_argument("--origin", default="vendor")
-    p.add_argument("--forwarded", default="not-needed")
+    p.add_argument("--forwarded", default="no",
+                   help="DEP-3 Forwarded: no (default), not-needed (distribution-specific), or a URL")
     sub.add_parser("lint", help="check series listing and DEP-3 headers, then a strict apply")
     args = parser.parse_args(argv)
     try:
@@ -498,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"refreshed {refresh(args.patch, flavor=flavor)}")
         elif args.cmd == "lint":
             problems = lint()
+            problems += lint_tests_map(read_series(), PATCHES / "tests.toml", collect=True)
             if not problems:
                 WORK.mkdir(exist_ok=True)
                 base = load_base()

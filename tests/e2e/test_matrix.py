@@ -1,23 +1,28 @@
-"""The validation matrix's MTEB STS rows (scripts/matrix.py), which no other
-test covers: STS-B test through mteb, sentence-transformers against the
-patched engine on MRV2 (by default) and on V1, |delta| <= 1e-4. `make matrix`
-and the Buildkite pipeline run every row; the HF-comparison rows are
-exercised here by test_pooling_mrv2.py and test_late_interaction_mrv2.py."""
+"""The validation matrix in ``make test``: one case per family, generated
+from the matrix's own row definitions (``scripts/matrix_rows.py``, cases
+with ``smoke=True``), each on the runner vLLM picks by default (asserted)
+and on V1, against transformers on the same weights; and the MTEB STS rows
+(STS-B test through mteb, sentence-transformers against the engine).
+``make matrix`` and the Buildkite pipeline run every case."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.matrix import ROW_IDS, run_row
+from scripts.matrix import ROW_IDS, run_case, run_row
+from scripts.matrix_rows import CASES
 
+FAMILY_CASES = [c for c in CASES if c.smoke]
 MTEB_ROWS = [r for r in ROW_IDS if r.startswith("mteb-sts/")]
 
 
-def test_matrix_has_every_design_row_on_both_runners():
-    checks = {r.split("/")[0] for r in ROW_IDS}
-    assert checks == {"embed", "embed-last-token", "classify", "token-classify", "token-embed",
-                      "late-interaction", "mteb-sts"}
-    assert all(f"{c}/{runner}" in ROW_IDS for c in checks for runner in ("MRV2", "V1"))
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=[f"{c.family}:{c.id}" for c in FAMILY_CASES])
+def test_family_case_matches_transformers_on_its_runners(case, monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: start-up in seconds
+    rows = run_case(case)
+    assert [(r.task, r.runner) for r in rows] == [(t.name, runner) for runner in case.runners for t in case.tasks]
+    assert [(r.id, r.reason) for r in rows if not r.passed] == []
+    assert all(r.ran == r.runner and r.value <= r.tolerance for r in rows)
 
 
 @pytest.mark.parametrize("row_id", MTEB_ROWS)

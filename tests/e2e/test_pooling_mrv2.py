@@ -117,6 +117,7 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
     request, with the task, the supported tasks and the fallback; a request
     already queued and one sent after them are served."""
     from vllm import PoolingParams
+    from vllm.exceptions import VLLMValidationError
 
     prompts = [[1000 + i for i in range(n)] for n in (5, 9)]
 
@@ -125,7 +126,7 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
         eng.add_request("good-0", {"prompt_token_ids": prompts[0]}, PoolingParams(task="embed"))
         messages = {}
         for task in ("token_classify", "token_embed"):
-            with pytest.raises(ValueError) as e:
+            with pytest.raises(VLLMValidationError) as e:
                 eng.add_request(f"bad-{task}", {"prompt_token_ids": prompts[0]}, PoolingParams(task=task))
             messages[task] = str(e.value)
         eng.add_request("good-1", {"prompt_token_ids": prompts[1]}, PoolingParams(task="embed"))
@@ -136,8 +137,8 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
 
     messages, outs = on_runner(tiny["qwen3"], "v2", scenario)
     for task, message in messages.items():
-        assert f"'{task}'" in message and "['embed']" in message
-        assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
+        assert message.startswith(f"Unsupported task: '{task}' Supported tasks: ['embed']")
+        assert "VLLM_USE_V2_MODEL_RUNNER=0" in message and "parameter=task" in message
     assert sorted(outs) == ["good-0", "good-1"]
     ref = hf_last_token_embed(tiny["qwen3"], prompts)
     got = np.stack([outs[f"good-{i}"].outputs.data.numpy() for i in range(2)])
@@ -145,8 +146,8 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
 
 
 def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
-    """A decoder configured for token_classify does not start on MRV2; the
-    error names the task, the supported tasks and the fallback."""
+    """A decoder configured for token_classify does not start on a forced
+    MRV2 (patch 0011); the error names the task and the fallback."""
     code = (
         "import sys; sys.path.insert(0, %r)\n"
         "from scripts.engine import open_llm\n"
@@ -154,14 +155,14 @@ def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
         "    try:\n"
         "        open_llm(%r, runner='v2', pooler_config={'task': 'token_classify'})\n"
         "    except Exception as e:\n"
-        "        print('STARTUP FAILED', type(e).__name__)\n"
+        "        print('STARTUP FAILED', type(e).__name__, e)\n"
         "    else:\n"
         "        print('STARTED')\n"
     ) % (str(REPO), str(tiny["qwen3"]))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert "STARTUP FAILED" in out and "STARTED\n" not in out
-    assert "Pooling task 'token_classify' is not supported by Model Runner V2" in out
+    assert "Model Runner V2 cannot serve the configured pooling task 'token_classify'" in out
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in out
 
 
@@ -275,3 +276,21 @@ def test_decoder_chunked_prefill_with_abort_and_slot_reuse(tiny, monkeypatch):
     assert abs(got - hf_last_token_embed(tiny["qwen3"], kept)).max() <= TOL
     got = np.stack([outs[f"after-{i}"].outputs.data.numpy() for i in range(8)])
     assert abs(got - hf_last_token_embed(tiny["qwen3"], after)).max() <= TOL
+
+
+def test_encoder_only_with_chunking_flags_set_runs_on_mrv2(sts):
+    """Patch 0002: MiniLM with enable_chunked_prefill and enable_prefix_caching
+    set explicitly runs on MRV2 by default, as without them (the engine turns
+    chunked prefill off for a model without KV-cache groups); the same
+    sentences sent twice (a prefix cache would hit the second time) give
+    sentence-transformers' embeddings both times."""
+    sentences = sts.sentences[:64]
+
+    def twice(llm):
+        return embed(llm, sentences)[0], embed(llm, sentences)[0]
+
+    first, second = on_runner(minilm_path(), "default", twice,
+                              enable_chunked_prefill=True, enable_prefix_caching=True)
+    ref = st_embed(minilm_path(), sentences)
+    assert rowwise_cosine(first, ref).min() >= MIN_COSINE
+    assert abs(second - first).max() <= TOL

@@ -10,11 +10,11 @@ import pytest
 
 from scripts.base import load_base
 from scripts.series import (REPO, Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree,
-                            lint, new, read_series, refresh, tree_digest)
+                            lint, new, read_series, refresh, lint_tests_map, tree_digest)
 from tests.conftest import FAKE_FILES, tree_files
 
 HEADER = ("Description: {desc}\nAuthor: Test <t@example>\nOrigin: vendor\n"
-          "Forwarded: not-needed\nLast-Update: 2026-01-01\n")
+          "Forwarded: no\nLast-Update: 2026-01-01\n")
 
 
 def file_diff(path: str, old: str, new: str) -> str:
@@ -201,6 +201,52 @@ def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
     assert "0002-b.patch: not listed in patches/series" in problems
     assert "0003-gone.patch: listed in patches/series but missing" in problems
     assert "0001-a.patch: changes vllm/_version.py, which apply writes; drop that hunk" in problems
+
+
+def test_lint_holds_dep3_forwarding_to_debian_meaning(patches_dir):
+    """Forwarded is no, not-needed or a URL; not-needed only with a reason
+    (distribution-specific, or upstream's own change); Applied-Upstream is a
+    version with at most a URL or commit."""
+    diff = "diff --git a/x b/x\n"
+    cases = {
+        "0001-a.patch": ("Forwarded: no", []),
+        "0002-b.patch": ("Forwarded: https://github.com/vllm-project/vllm/pull/7", []),
+        "0003-c.patch": ("Forwarded: not-needed", [
+            "0003-c.patch: 'Forwarded: not-needed' is for distribution-specific changes: say why in "
+            "a Description paragraph starting 'Distribution-specific:', or use 'Forwarded: no' for a "
+            "change upstream could take"]),
+        "0004-d.patch": ("Forwarded: not-needed\nApplied-Upstream: 0.29.0, "
+                         "https://github.com/vllm-project/vllm/pull/1", []),
+        "0005-e.patch": ("Forwarded: maybe", [
+            "0005-e.patch: Forwarded must be 'no', 'not-needed' or the URL it was sent to (got 'maybe')"]),
+        "0006-f.patch": ("Forwarded: no\nApplied-Upstream: 0.27.0, found by running the tests", [
+            "0006-f.patch: Applied-Upstream must be the upstream release that carries the change, "
+            "optionally with its URL or commit, e.g. 'Applied-Upstream: 0.29.0, "
+            "https://github.com/vllm-project/vllm/pull/1'; how it was found goes in the Description "
+            "(got '0.27.0, found by running the tests')"]),
+    }
+    for name, (fields, _) in cases.items():
+        header = HEADER.format(desc=name).replace("Forwarded: no", fields)
+        (patches_dir / name).write_text(header + "---\n" + diff)
+    (patches_dir / "series").write_text("".join(f"{n}\n" for n in cases))
+    assert lint(patches_dir) == [p for _, want in cases.values() for p in want]
+    justified = HEADER.format(desc="c\n .\n Distribution-specific: only our CPU machines need it.")
+    (patches_dir / "0003-c.patch").write_text(justified.replace("Forwarded: no", "Forwarded: not-needed")
+                                               + "---\n" + diff)
+    assert not any(p.startswith("0003-c.patch") for p in lint(patches_dir))
+
+
+def test_lint_checks_the_tests_map(patches_dir):
+    """patches/tests.toml names patches of the series, and its node ids are collected."""
+    (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a") + "---\ndiff --git a/x b/x\n")
+    (patches_dir / "series").write_text("0001-a.patch\n")
+    (patches_dir / "tests.toml").write_text(
+        '[tests]\n"0001-a.patch" = ["tests/tooling/test_series.py::test_lint_checks_the_tests_map"]\n'
+        '"0009-gone.patch" = ["tests/tooling/test_series.py::test_no_such_test"]\n')
+    assert lint(patches_dir) == ["tests.toml: 0009-gone.patch is not a patch of the series"]
+    assert lint_tests_map(["0001-a.patch", "0009-gone.patch"], patches_dir / "tests.toml",
+                              collect=True) == [
+        "tests.toml: tests/tooling/test_series.py::test_no_such_test is not collected by pytest"]
 
 
 # --- the real series on the real base -------------------------------------------------

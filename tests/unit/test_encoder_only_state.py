@@ -69,3 +69,54 @@ def test_block_tables_with_zero_kv_cache_groups():
     positions = torch.from_numpy(np.array([0, 1, 2, 0, 1], dtype=np.int64))
     slots = tables.compute_slot_mappings(idx_mapping, query_start_loc, positions, 8)
     assert tuple(slots.shape) == (0, 8)
+
+
+class DecoderLike(torch.nn.Module):
+    """A model whose only attention layer is a causal (decoder) Attention,
+    registered as BertLike's is."""
+
+    def __init__(self, vllm_config):
+        super().__init__()
+        from vllm.model_executor.layers.attention import Attention
+
+        attn = Attention.__new__(Attention)
+        torch.nn.Module.__init__(attn)
+        attn.attn_type = "decoder"
+        attn.layer_name = "model.layers.0.self_attn.attn"
+        vllm_config.compilation_config.static_forward_context[attn.layer_name] = attn
+        self.attn = attn
+
+
+def _recorded_state(monkeypatch, module, name):
+    """Replace ``module.name`` with a class that records its construction."""
+
+    class Recorder:
+        supports_prompt_embeds = False
+
+        def __init__(self, vllm_config, model, encoder_cache, device):
+            self.model = model
+
+    monkeypatch.setattr(module, name, Recorder)
+    return Recorder
+
+
+def test_state_comes_from_the_layers_not_from_the_config_flag(real_config, minilm, tiny_qwen3, monkeypatch):
+    """Patch 0002: a model whose config says encoder_only (any model declaring
+    CLS pooling, ColPali-style decoders included) but whose layers are causal
+    gets the default state; a decoder config built with EncoderOnlyAttention
+    layers (is_causal: false) gets the encoder-only state."""
+    import vllm.v1.worker.gpu.model_states.default as default
+    import vllm.v1.worker.gpu.model_states.encoder_only as encoder_only
+    from vllm.v1.worker.gpu.model_states import init_model_state
+
+    default_state = _recorded_state(monkeypatch, default, "DefaultModelState")
+    encoder_state = _recorded_state(monkeypatch, encoder_only, "EncoderOnlyModelState")
+    cls_config = real_config(minilm, "pooling", env="1")
+    assert cls_config.model_config.attn_type == "encoder_only"
+    state = init_model_state(cls_config, DecoderLike(cls_config), None, torch.device("cpu"))
+    assert type(state) is default_state
+
+    decoder_config = real_config(tiny_qwen3, "pooling", env="1")
+    assert decoder_config.model_config.attn_type == "decoder"
+    state = init_model_state(decoder_config, BertLike(decoder_config), None, torch.device("cpu"))
+    assert type(state) is encoder_state

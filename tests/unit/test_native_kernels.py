@@ -5,9 +5,10 @@ Two copies of MRV2's per-request state (``RequestState``, ``BlockTables``, the
 input buffers) go through the same random steps: requests added with mixed
 prompt lengths (some resumed past their prompt), removed, given new blocks,
 scheduled in chunks and in random batch order, decode entries with draft
-tokens. One copy runs the Triton kernels, the other the native functions
-(``native_kernels.USE_NATIVE_INPUT_PREP`` switched on around its calls, so the
-wrappers' dispatch is what is tested). After every step every buffer is
+tokens. One copy runs the Triton kernels, the other the native functions of
+``vllm/v1/worker/cpu/input_preparation.py``, installed around its calls with
+``install()`` as the CPU runner installs them, and reached through the
+wrappers' own names (what MRV2 calls). After every step every buffer is
 compared with ``torch.equal``.
 
 The Triton side needs Triton: on a CPU that is its interpreter, which vLLM
@@ -60,23 +61,24 @@ else:
     # tensors, host-to-device copies as host tensors), as MRV2 runs on the CPU.
     import vllm.v1.worker.cpu.shm  # noqa: F401
     from vllm.triton_utils import HAS_TRITON
-    from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
     from vllm.v1.attention.backends.utils import PAD_SLOT_ID
-    from vllm.v1.worker.gpu import native_kernels
+    from vllm.v1.worker.cpu import input_preparation
+    from vllm.v1.worker.gpu import input_batch as ib
     from vllm.v1.worker.gpu.block_table import BlockTables
-    from vllm.v1.worker.gpu.input_batch import (
-        combine_sampled_and_draft_tokens,
-        post_update_num_computed_tokens,
-        prepare_pos_seq_lens,
-        prepare_prefill_inputs,
-    )
     from vllm.v1.worker.gpu.states import RequestState
 
     DEVICE = torch.device("cpu")
 
     def test_triton_side_runs_under_the_interpreter():
-        assert HAS_TRITON and TRITON_VIA_INTERPRETER
-        assert native_kernels.USE_NATIVE_INPUT_PREP is False
+        # (TRITON_VIA_INTERPRETER is patch 0001's business: where Triton has a
+        # GPU backend it stays false, yet the kernels below are interpreted.)
+        from triton.runtime.interpreter import InterpretedFunction
+
+        from vllm.v1.worker.gpu.input_batch import _prepare_prefill_inputs_kernel
+
+        assert HAS_TRITON
+        assert isinstance(_prepare_prefill_inputs_kernel, InterpretedFunction)
+        assert not input_preparation.installed()
 
     class Side:
         """One copy of the state MRV2 prepares a step's inputs from."""
@@ -93,35 +95,40 @@ else:
             self.seq_lens = torch.zeros(MAX_REQS, dtype=torch.int32)
             self.logits_indices = None
 
-        def run(self, fn, *args, **kwargs):
-            saved = native_kernels.USE_NATIVE_INPUT_PREP
-            native_kernels.USE_NATIVE_INPUT_PREP = self.native
+        def run(self, call):
+            """``call()`` on this side's input preparation: the native
+            implementations installed (as the CPU runner installs them), or
+            the Triton kernels. ``call`` looks the wrappers up when it runs."""
+            if not self.native:
+                return call()
+            input_preparation.install()
             try:
-                return fn(*args, **kwargs)
+                return call()
             finally:
-                native_kernels.USE_NATIVE_INPUT_PREP = saved
+                input_preparation.uninstall()
 
         def apply_staged_writes(self):
-            self.run(self.rs.apply_staged_writes)
-            self.run(self.bt.apply_staged_writes)
+            self.run(lambda: self.rs.apply_staged_writes())
+            self.run(lambda: self.bt.apply_staged_writes())
 
         def step(self, idx_mapping, query_start_loc, cu_num_logits, num_logits, pad):
             rs, n = self.rs, idx_mapping.shape[0]
-            self.run(prepare_prefill_inputs, self.input_ids, rs.next_prefill_tokens,
-                     idx_mapping, query_start_loc, rs.all_token_ids.gpu,
-                     rs.prefill_len.gpu, rs.num_computed_tokens.gpu)
-            self.run(prepare_pos_seq_lens, idx_mapping, query_start_loc,
-                     rs.num_computed_tokens.gpu, self.positions, self.seq_lens)
-            self.logits_indices = self.run(
-                combine_sampled_and_draft_tokens, self.input_ids, idx_mapping,
-                rs.last_sampled_tokens, query_start_loc, self.seq_lens[: n + pad],
-                rs.prefill_len.gpu, rs.draft_tokens, cu_num_logits, num_logits)
-            self.run(self.bt.gather_block_tables, idx_mapping, num_reqs_padded=n + pad)
+            self.run(lambda: ib.prepare_prefill_inputs(
+                self.input_ids, rs.next_prefill_tokens, idx_mapping, query_start_loc,
+                rs.all_token_ids.gpu, rs.prefill_len.gpu, rs.num_computed_tokens.gpu))
+            self.run(lambda: ib.prepare_pos_seq_lens(
+                idx_mapping, query_start_loc, rs.num_computed_tokens.gpu, self.positions,
+                self.seq_lens))
+            self.logits_indices = self.run(lambda: ib.combine_sampled_and_draft_tokens(
+                self.input_ids, idx_mapping, rs.last_sampled_tokens, query_start_loc,
+                self.seq_lens[: n + pad], rs.prefill_len.gpu, rs.draft_tokens, cu_num_logits,
+                num_logits))
+            self.run(lambda: self.bt.gather_block_tables(idx_mapping, num_reqs_padded=n + pad))
             num_tokens = int(query_start_loc[n])
-            self.run(self.bt.compute_slot_mappings, idx_mapping, query_start_loc,
-                     self.positions, num_tokens_padded=num_tokens)
-            self.run(post_update_num_computed_tokens, idx_mapping,
-                     rs.num_computed_tokens.gpu, query_start_loc)
+            self.run(lambda: self.bt.compute_slot_mappings(
+                idx_mapping, query_start_loc, self.positions, num_tokens_padded=num_tokens))
+            self.run(lambda: ib.post_update_num_computed_tokens(
+                idx_mapping, rs.num_computed_tokens.gpu, query_start_loc))
 
         def buffers(self) -> dict:
             rs, bt = self.rs, self.bt

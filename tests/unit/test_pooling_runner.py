@@ -2,22 +2,22 @@
 metadata of mixed batches, removal on finish and abort, late interaction. A
 stand-in model whose pooler records what it is given; stand-ins for the
 configs, the input batch and the request state carry only the fields
-PoolingRunner reads.
+PoolingRunner reads. The runner is built as upstream PR 50574 builds it,
+``PoolingRunner(model, vllm_config)``.
 
 The tests named ``test_behaviour_*`` and the late-interaction tests are what
 patches/tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
 too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
-``on_requests_finished``, ``late_interaction_runner``), so that
-``python -m scripts.drift test-upstream`` can run them on unpatched releases.
-The other tests pin our implementation's details (error texts, slot lists,
-token-id padding, ``_TOKEN_TASKS``) on our tree.
+``on_requests_finished``, ``late_interaction_runner``, ``_TOKEN_TASKS``,
+``_get_enabled_tasks``), so that ``python -m scripts.drift test-upstream`` can
+run them on unpatched releases. The others pin our implementation's details
+(error texts, token-id padding) on our tree. Upstream's own tests of PR 50574
+run in test_upstream_pr50574.py.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-
-import inspect
 
 import numpy as np
 import pytest
@@ -75,16 +75,6 @@ class StandInModel(torch.nn.Module):
         raise NotImplementedError
 
 
-def new_pooling_runner(model, vllm_config):
-    """PoolingRunner for ``model``: ours is told the device at construction
-    (``device``), upstream's takes it from the hidden states of each step. On
-    the CPU both pool on the CPU; the argument is plumbing, not behaviour, so
-    it is passed when the constructor has it."""
-    if "device" in inspect.signature(PoolingRunner.__init__).parameters:
-        return PoolingRunner(model, vllm_config, device=torch.device("cpu"))
-    return PoolingRunner(model, vllm_config)
-
-
 def make_runner(attn_type="encoder_only", tasks=("embed", "classify", "token_classify", "token_embed"),
                 task=None):
     model = StandInModel(pooler=RecordingPooler(tasks))
@@ -93,7 +83,7 @@ def make_runner(attn_type="encoder_only", tasks=("embed", "classify", "token_cla
     model_config.get_pooling_task = lambda supported: ModelConfig.get_pooling_task(model_config, supported)
     vllm_config = SimpleNamespace(model_config=model_config,
                                   scheduler_config=SimpleNamespace(max_num_seqs=MAX_REQS))
-    return new_pooling_runner(model, vllm_config), model.pooler
+    return PoolingRunner(model, vllm_config), model.pooler
 
 
 def batch(slots, scheduled, computed, req_ids=None):
@@ -118,48 +108,39 @@ def req_states(prompt_lens: dict[int, int]):
 
 def test_task_sets_follow_model_and_attention_type():
     enc, _ = make_runner("encoder_only")
-    assert enc.supported_tasks == ["embed", "classify", "token_embed", "token_classify"]
+    assert enc.supported_tasks == {"embed", "classify", "token_embed", "token_classify"}
     dec, _ = make_runner("decoder")
-    assert dec.supported_tasks == ["embed", "classify"]
+    assert dec.supported_tasks == {"embed", "classify"}
     only_embed, _ = make_runner("decoder", tasks=("embed", "token_embed"))
-    assert only_embed.supported_tasks == ["embed"]
+    assert only_embed.supported_tasks == {"embed"}
     assert PoolingRunner.get_supported_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
-
-
-def test_pooling_runner_supports_encoder_token_embedding():
-    from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS
-
-    assert _TOKEN_TASKS == {"token_embed", "token_classify", "embed&token_classify"}
-    enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type="encoder_only"))
-    assert _TOKEN_TASKS <= enabled and {"embed", "classify"} <= enabled
-    runner, _ = make_runner("encoder_only", tasks=("token_embed",))
-    assert runner.supported_tasks == ["token_embed"]
-    runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
-    hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
-    out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
-    assert finished == [True] and len(out) == 1
-    torch.testing.assert_close(out[0], hidden)  # one output per token
-
-
-def test_pooling_runner_filters_decoder_token_embedding():
-    from vllm.v1.worker.gpu.pool.pooling_runner import _TOKEN_TASKS
-
-    for attn_type in ("decoder", "encoder_decoder", "hybrid"):
-        enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type=attn_type))
-        assert not (enabled & _TOKEN_TASKS)
-        assert {"embed", "classify"} <= enabled
-    with pytest.raises(ValueError, match="'token_embed' is not supported by Model Runner V2"):
-        make_runner("decoder", task="token_embed")
 
 
 def test_configured_task_mrv2_cannot_serve_fails_at_construction():
     with pytest.raises(ValueError) as e:
         make_runner("decoder", task="token_classify")
-    msg = str(e.value)
-    assert "'token_classify'" in msg and "['embed', 'classify']" in msg
-    assert "VLLM_USE_V2_MODEL_RUNNER=0" in msg
-    with pytest.raises(ValueError, match="none of this model's pooling tasks"):
+    assert str(e.value) == (
+        "Model Runner V2 serves the pooling tasks ['classify', 'embed'] for this model, "
+        "but it selects 'token_classify' from ['embed', 'classify', 'token_embed', "
+        "'token_classify']. Set VLLM_USE_V2_MODEL_RUNNER=0 to use the V1 model runner.")
+    with pytest.raises(ValueError) as e:
         make_runner("decoder", tasks=("token_embed",))
+    assert str(e.value) == (
+        "Model Runner V2 serves the pooling tasks ['classify', 'embed'] for this model, "
+        "but it selects 'token_embed' from ['token_embed']. Set VLLM_USE_V2_MODEL_RUNNER=0 "
+        "to use the V1 model runner.")
+
+
+def test_request_for_a_task_mrv2_does_not_serve_is_refused_with_a_validation_error():
+    from vllm.exceptions import VLLMValidationError
+
+    runner, pooler = make_runner("decoder")
+    with pytest.raises(VLLMValidationError) as e:
+        runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2])
+    assert e.value.parameter == "task" and e.value.value == "token_embed"
+    assert "Supported tasks: ['classify', 'embed']" in str(e.value)
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
+    assert runner.pooling_params == {} and pooler.calls == []
 
 
 def test_metadata_for_a_mixed_batch():
@@ -178,25 +159,6 @@ def test_no_token_ids_when_no_request_needs_them():
     runner.pool(torch.zeros(2, 2), batch([1], [2], [0], ["a"]), req_states({1: 2}))
     meta = pooler.calls[0][1]
     assert meta.prompt_token_ids is None and meta.prompt_token_ids_cpu is None
-
-
-def test_removal_on_finish_and_abort_frees_the_slot():
-    runner, pooler = make_runner()
-    runner.add_request("done", 3, PoolingParams(task="embed"), [1, 2])
-    runner.add_request("aborted", 4, PoolingParams(task="token_classify"), [1, 2, 3])
-    states = runner.pooling_states[4]
-    states.hidden_states_cache.append(torch.ones(1))
-    runner.remove_request(3)  # finished
-    runner.remove_request(4)  # aborted mid-batch
-    assert runner.pooling_params[3] is None and runner.req_ids[3] is None
-    assert runner.pooling_params[4] is None and runner.pooling_states[4] is None
-    assert states.hidden_states_cache == []  # cleaned, not just dropped
-    with pytest.raises(RuntimeError, match=r"without PoolingParams: \['aborted'\]"):
-        runner.pool(torch.zeros(3, 2), batch([4], [3], [0], ["aborted"]), req_states({4: 3}))
-    # a new request can take the slot again
-    runner.add_request("next", 4, PoolingParams(task="embed"), [7])
-    out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
-    assert finished == [True] and out.shape == (1, 2)
 
 
 # --- behavioural (patches/tests.toml): names upstream has too -----------------------------
@@ -255,17 +217,15 @@ def test_behaviour_pooler_runs_on_a_mixed_batch():
 
 
 def test_behaviour_removed_request_frees_its_slot():
-    """Patch 0003: removal cleans the request's pooling states; a removed
-    request is not pooled with stale params; the slot takes a new request."""
+    """Patch 0003: removal cleans the request's pooling states and forgets its
+    params; the slot takes a new request."""
     runner, pooler = make_runner()
     runner.add_request("aborted", 4, PoolingParams(task="token_classify"), [1, 2, 3])
     states = runner.pooling_states[4]
     states.hidden_states_cache.append(torch.ones(1))
     runner.remove_request(4)
     assert states.hidden_states_cache == []
-    with pytest.raises((RuntimeError, KeyError)):
-        runner.pool(torch.zeros(3, 2), batch([4], [3], [0], ["aborted"]), req_states({4: 3}))
-    assert pooler.calls == []
+    assert 4 not in runner.pooling_params and 4 not in runner.pooling_states
     runner.add_request("next", 4, PoolingParams(task="embed"), [7])
     out, finished = runner.pool(torch.ones(1, 2), batch([4], [1], [0], ["next"]), req_states({4: 1}))
     assert list(finished) == [True] and out.shape == (1, 2)
@@ -276,6 +236,8 @@ def test_behaviour_encoder_only_models_serve_token_tasks():
     one output per prompt token."""
     runner, _ = make_runner("encoder_only")
     assert set(runner.supported_tasks) == {"embed", "classify", "token_embed", "token_classify"}
+    enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type="encoder_only"))
+    assert {"token_embed", "token_classify", "embed&token_classify"} <= enabled
     runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
     hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
     out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
@@ -289,6 +251,10 @@ def test_behaviour_decoder_models_do_not_serve_token_tasks():
     one fails at start-up naming the task and the fallback."""
     dec, _ = make_runner("decoder")
     assert set(dec.supported_tasks) == {"embed", "classify"}
+    for attn_type in ("decoder", "encoder_decoder", "hybrid"):
+        enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type=attn_type))
+        assert not enabled & {"token_embed", "token_classify", "embed&token_classify"}
+        assert {"embed", "classify"} <= enabled
     with pytest.raises(ValueError) as e:
         make_runner("decoder", task="token_embed")
     assert "'token_embed'" in str(e.value) and "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
@@ -337,7 +303,7 @@ def test_documents_are_scored_by_maxsim_against_the_cached_query():
     assert li._query_cache == {} and li._query_uses == {}
 
 
-def test_pooling_runner_releases_aborted_late_interaction_doc():
+def test_aborted_documents_release_their_query_use():
     runner, li = li_runner(uses=2)
     runner.add_request("d1", 1, doc_params(), [1, 2, 3])
     runner.add_request("d2", 2, doc_params(), [1, 2])
@@ -394,7 +360,7 @@ def test_preempted_document_keeps_its_reservation_until_it_finishes():
     assert li._query_cache == {} and li._query_uses == {}
 
 
-def test_encoder_cache_reset_clears_late_interaction_state():
+def test_encoder_cache_reset_drops_cached_queries_mm_reset_keeps_them():
     runner, li = li_runner(uses=3)
     host = runner_host(runner)
     GPUModelRunner.reset_mm_cache(host)  # multimodal cache reset: state kept

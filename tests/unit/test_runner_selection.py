@@ -36,12 +36,18 @@ class ConfigStandIn(SimpleNamespace):
     def _is_default_v2_model_runner_model(self):
         return VllmConfig._is_default_v2_model_runner_model(self)
 
+    def _v2_model_runner_not_default_reason(self):
+        return VllmConfig._v2_model_runner_not_default_reason(self)
+
     @property
     def use_v2_model_runner(self):
         return VllmConfig.use_v2_model_runner.fget(self)
 
     def _v2_model_runner_runs_without_triton(self):
         return VllmConfig._v2_model_runner_runs_without_triton(self)
+
+    def _v2_model_runner_pooling_refusal(self):
+        return None  # the stand-ins declare no pooling task (see test_runner_selection_by_task.py)
 
     def _dflash_needs_multi_kv_group(self):
         return False
@@ -134,11 +140,9 @@ def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
     assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
 
 
-# --- encoder-only models need whole prompts (patch 0002) ---------------------------------
-
-
 def full_stand_in(chunked: bool, prefix_caching: bool):
-    """A stand-in with every field _get_v2_model_runner_unsupported_features reads."""
+    """A stand-in with every field _get_v2_model_runner_unsupported_features
+    and _validate_v2_model_runner read (used by the tests without Triton)."""
     mc = model("BertModel", "pooling")
     mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
     mc.logits_processors, mc.enable_prompt_embeds = None, False
@@ -155,26 +159,6 @@ def full_stand_in(chunked: bool, prefix_caching: bool):
         decode_context_parallel_size=1)
     config.ec_transfer_config = config.reasoning_config = None
     return config
-
-
-@pytest.mark.parametrize(("chunked", "prefix_caching"), [(True, False), (False, True)])
-def test_encoder_only_with_chunking_is_not_run_on_mrv2(monkeypatch, triton, chunked, prefix_caching):
-    triton(True)
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    config = full_stand_in(chunked, prefix_caching)
-    assert config._get_v2_model_runner_unsupported_features() == [
-        "chunked prefill or prefix caching for encoder-only models"]
-    assert config.use_v2_model_runner is False  # default: V1, with upstream's warning
-    with pytest.raises(ValueError, match="chunked prefill or prefix caching for encoder-only models"):
-        config._validate_v2_model_runner()  # what VLLM_USE_V2_MODEL_RUNNER=1 runs into
-
-
-def test_encoder_only_unchunked_is_run_on_mrv2(monkeypatch, triton):
-    triton(True)
-    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
-    config = full_stand_in(False, False)
-    assert config._get_v2_model_runner_unsupported_features() == []
-    assert config.use_v2_model_runner is True
 
 
 # --- behavioural: real configs (what patches/tests.toml maps) ----------------------------
@@ -206,22 +190,14 @@ def test_real_config_environment_overrides_for_pooling_models(real_config, minil
 
 
 @pytest.mark.parametrize("option", ["enable_chunked_prefill", "enable_prefix_caching"])
-def test_real_config_encoder_only_prompts_are_never_split_on_mrv2(real_config, minilm, option):
-    """Patch 0002: an encoder-only model needs each prompt whole in one step.
-    With chunked prefill or prefix caching turned on explicitly, the default is
-    not MRV2 with chunking; forcing MRV2 is a start-up error naming the
-    feature, unless chunking ends up off."""
+def test_real_config_encoder_only_model_with_chunking_flag_selects_mrv2(real_config, minilm, option):
+    """Patch 0002: an encoder-only model set to chunked prefill or prefix
+    caching explicitly still runs on MRV2 by default, as without the flag
+    (the engine core turns chunked prefill off for a model without KV-cache
+    groups; there is no KV cache to reuse)."""
     config = real_config(minilm, "pooling", **{option: True})
     assert config.model_config.attn_type == "encoder_only"
-    chunking = config.scheduler_config.enable_chunked_prefill or config.cache_config.enable_prefix_caching
-    assert not (config.use_v2_model_runner and chunking)
-    try:
-        forced = real_config(minilm, "pooling", env="1", **{option: True})
-    except ValueError as e:
-        assert "chunked prefill" in str(e) or "prefix caching" in str(e)
-    else:
-        assert forced.use_v2_model_runner is True
-        assert not (forced.scheduler_config.enable_chunked_prefill or forced.cache_config.enable_prefix_caching)
+    assert config.use_v2_model_runner is True
 
 
 def test_real_config_encoder_only_model_can_run_on_mrv2(real_config, minilm):

@@ -1,0 +1,147 @@
+"""Reports of the validation matrix: ``reports/matrix.md`` (what a reviewer
+reads: counts, failures, rows grouped by family, the inventory),
+``reports/matrix.json`` and ``reports/matrix-junit.xml`` (one test case per
+row), and the runner-selection rows of ``scripts/selector_cases.py``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import asdict
+
+from scripts.inventory import Entry, inventory, registry_pooling, selector_verdict
+from scripts.matrix import MODELS, REPORTS_DIR, Row
+from scripts.matrix_rows import FAMILIES
+from scripts.selector_cases import SELECTOR_CASES
+
+SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
+
+
+def selector_rows() -> list[Row]:
+    """One row per selector case: the runner vLLM picks by default for its
+    checkpoint (engine config only), against the one it must pick."""
+    rows = []
+    for sc in SELECTOR_CASES:
+        start = time.perf_counter()
+        ran, said, reason = None, None, None
+        try:
+            ran, said = selector_verdict(sc.make(MODELS / (sc.checkpoint or sc.id)), **sc.engine)
+            SELECTIONS[sc.impl] = (ran, said)
+            if ran != sc.want:
+                reason = f"the selector picked {ran}, {sc.want} expected ({sc.why})"
+        except Exception as e:
+            traceback.print_exc()
+            reason = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(Row(f"{sc.id}/runner-selection/default", sc.family, sc.architecture, "runner selection",
+                        "default", ran, None, f"engine config only; expected: {sc.why}",
+                        f"selector said: {said or 'nothing (no log line)'}", "selected runner", None, 0.0,
+                        reason is None, time.perf_counter() - start, reason, sc.known_fault))
+    return rows
+
+
+def _value(r: Row) -> str:
+    if r.value is None:
+        return r.ran or "-" if r.metric == "selected runner" else "-"
+    return f"{r.value:.7f}" if r.metric == "min cosine" else f"{r.value:.2g}"
+
+
+def counts(entries: list[Entry], rows: list[Row]) -> dict:
+    """Architecture counts (implementing classes and registry names) by status."""
+    failed_cases = {r.id.split("/")[0] for r in rows if not r.passed}
+    mrv2_cases = {r.id.split("/")[0] for r in rows if r.runner == "MRV2"}
+    validated = [e for e in entries if e.status == "validated"]
+    return {
+        "registry classes": len(registry_pooling()),
+        "registry names": sum(len(n) for d in registry_pooling().values() for n in d.values()),
+        "inventory entries": len(entries),
+        "validated": len(validated),
+        "validated on MRV2, all rows pass": sum(
+            bool(set(e.cases) & mrv2_cases) and not set(e.cases) & failed_cases for e in validated),
+        "kept on V1": sum(e.status == "kept on V1" for e in entries),
+        "not instantiable offline": sum(e.status == "not instantiable offline" for e in entries),
+        "missing": sum(e.status == "MISSING" for e in entries),
+    }
+
+
+def markdown(rows: list[Row], entries: list[Entry], wall: float) -> str:
+    c = counts(entries, rows)
+    failed = [r for r in rows if not r.passed]
+    out = ["# Validation matrix", "",
+           f"{len(rows) - len(failed)} rows passed, {len(failed)} failed; wall time {wall / 60:.1f} min "
+           f"({platform.node()}, engines in-process). MRV2 input preparation: "
+           f"{next((r.input_preparation for r in rows if r.input_preparation), '-')}.", "",
+           f"Registry: {c['registry classes']} pooling implementing classes ({c['registry names']} names); "
+           f"inventory {c['inventory entries']} entries (with the adapters the matrix converts): "
+           f"validated {c['validated']} (all rows passing on MRV2 and V1: "
+           f"{c['validated on MRV2, all rows pass']}), kept on V1 {c['kept on V1']}, "
+           f"not instantiable offline {c['not instantiable offline']}, missing {c['missing']}.", ""]
+    if failed:
+        out += [f"## Failures ({len(failed)})", "", "| row | reason | known fault (lead) |", "| --- | --- | --- |"]
+        out += [f"| {r.id} | {(r.reason or '').replace('|', '/')[:300]} | {r.known_fault or ''} |" for r in failed]
+        out.append("")
+    out += ["## Rows", "", "Max abs error against transformers on the same weights, fp32 (tolerance 1e-4; "
+            "real weights: min cosine >= 0.99999).", ""]
+    for fam in list(FAMILIES) + sorted({r.family for r in rows} - set(FAMILIES)):
+        fam_rows = [r for r in rows if r.family == fam]
+        if not fam_rows:
+            continue
+        out += [f"### {fam}", "", "| architecture | row | runner (ran, prep) | value | verdict | inputs |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in fam_rows:
+            ran = f"{r.ran or '-'}{', ' + r.input_preparation if r.input_preparation else ''}"
+            verdict = "pass" if r.passed else "**FAIL**"
+            out.append(f"| {r.architecture} | {r.id} | {r.runner} ({ran}) | {_value(r)} | {verdict} | {r.prep} |")
+        out.append("")
+    out += ["## Inventory", "", "| implementing class | registry names | status | cases / reason |",
+            "| --- | --- | --- | --- |"]
+    for e in entries:
+        why = ", ".join(e.cases) if e.status == "validated" else (e.reason or "")
+        if e.status == "kept on V1" and e.cases:
+            why = f"{why} (rows on V1: {', '.join(e.cases)})"
+        out.append(f"| {e.impl} | {', '.join(e.names)} | {e.status} | {why.replace('|', '/')} |")
+    return "\n".join(out) + "\n"
+
+
+def junit(rows: list[Row]) -> ET.ElementTree:
+    suite = ET.Element("testsuite", name="validation-matrix", tests=str(len(rows)),
+                       failures=str(sum(not r.passed for r in rows)),
+                       time=f"{sum(r.seconds for r in rows):.1f}")
+    for r in rows:
+        case = ET.SubElement(suite, "testcase", classname=f"matrix.{r.family}.{r.runner}", name=r.id,
+                             time=f"{r.seconds:.1f}")
+        if not r.passed:
+            ET.SubElement(case, "failure", message=r.reason or "failed").text = json.dumps(asdict(r))
+    return ET.ElementTree(suite)
+
+
+def write(rows: list[Row], selections: list[Row], wall: float, directory=None, update: bool = False) -> None:
+    """Write the three reports and print the Markdown. ``update``: the rows
+    replace those of the same id in the existing ``matrix.json`` (the others
+    and the selector verdicts are kept; the wall time adds up)."""
+    directory = directory or REPORTS_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = rows + selections
+    if update and (directory / "matrix.json").exists():
+        old = json.loads((directory / "matrix.json").read_text())
+        from scripts.matrix import CASES, REAL
+
+        known = {c.id for c in CASES} | {s.id for s in SELECTOR_CASES} | set(REAL)
+        fresh = {r.id: r for r in rows}
+        merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"] if r["id"].split("/")[0] in known]
+        rows = merged + list(fresh.values())
+        wall += old["wall_seconds"]
+        for e in old["inventory"]:
+            if e["status"] == "kept on V1" and e["impl"] not in SELECTIONS:
+                SELECTIONS[e["impl"]] = ("V1", e["reason"])
+    entries = inventory(SELECTIONS)
+    md = markdown(rows, entries, wall)
+    (directory / "matrix.md").write_text(md)
+    (directory / "matrix.json").write_text(json.dumps(
+        {"wall_seconds": wall, "counts": counts(entries, rows), "rows": [asdict(r) for r in rows],
+         "inventory": [asdict(e) for e in entries]}, indent=2))
+    junit(rows).write(directory / "matrix-junit.xml", encoding="utf-8", xml_declaration=True)
+    print("\n" + md)
+    print(f"written {directory / 'matrix.md'}, matrix.json, matrix-junit.xml")

@@ -1,0 +1,93 @@
+"""Architectures vLLM's runner selection must keep off MRV2 on this machine,
+checked without an engine: a small checkpoint is made, the engine config is
+built and the selector asked (``scripts.inventory.selector_verdict``). The
+reason recorded in the inventory is the one the selector logs.
+
+Each ``SelectorCase`` says what the selector must answer by default
+(``want``), and why (``why``: the rule of ``vllm/config/vllm.py`` that
+applies; the report shows the selector's own words next to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+from scripts.matrix_rows import case as matrix_case
+from scripts.zoo import make_custom, make_hf
+
+REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
+
+
+@dataclass(frozen=True)
+class SelectorCase:
+    """A checkpoint and the runner vLLM's selector must pick for it by default."""
+
+    id: str
+    family: str
+    impl: str  # "module:Class" in the inventory
+    architecture: str
+    make: Callable
+    why: str
+    want: str = "V1"
+    engine: dict = field(default_factory=dict)
+    known_fault: str | None = None
+    checkpoint: str | None = None  # directory shared with a matrix case (default: id)
+
+
+HYBRID = "hybrid model (attention + Mamba/conv state): VllmConfig._is_default_v2_model_runner_model is False"
+MOE = "MoE model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES: _is_default_v2_model_runner_model is False"
+MROPE = ("M-RoPE needs MRV2's Triton positions kernel: no Triton here, so "
+         "_v2_model_runner_runs_without_triton is False (V1 fallback, patch 0008)")
+SMALL_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
+
+SELECTOR_CASES: list[SelectorCase] = [
+    SelectorCase("jamba-cls", "decoder classifiers/rerankers",
+                 "jamba:JambaForSequenceClassification",
+                 "JambaForSequenceClassification",
+                 partial(make_hf, config_cls="JambaConfig", model_cls="JambaForSequenceClassification",
+                         decoder=True, num_labels=3, num_experts=1, attn_layer_period=2, attn_layer_offset=1,
+                         mamba_d_state=8, mamba_expand=1, pad_token_id=0, use_mamba_kernels=False),
+                 HYBRID),
+    SelectorCase("colbert-lfm2", "late interaction",
+                 "colbert:ColBERTLfm2Model",
+                 "ColBERTLfm2Model",
+                 partial(make_custom, config_cls="Lfm2Config", backbone_cls="Lfm2Model", decoder=True,
+                         architectures=["ColBERTLfm2Model"], heads={"linear.weight": (32, 128)},
+                         config_attrs={"dim": 32}, layer_types=["conv", "full_attention"],
+                         block_auto_adjust_ff_dim=False, block_ff_dim=256),
+                 HYBRID + " (upstream keeps LFM2 ColBERT on V1 too)"),
+    SelectorCase("transformers-moe-embed", "transformers backend",
+                 "transformers:TransformersMoEEmbeddingModel",
+                 "Qwen3MoeModel",
+                 partial(make_hf, config_cls="Qwen3MoeConfig", model_cls="Qwen3MoeModel", decoder=True,
+                         **SMALL_MOE),
+                 MOE, engine={"model_impl": "transformers"}),
+    SelectorCase("transformers-moe-cls", "transformers backend",
+                 "transformers:TransformersMoEForSequenceClassification",
+                 "Qwen3MoeForSequenceClassification",
+                 partial(make_hf, config_cls="Qwen3MoeConfig", model_cls="Qwen3MoeForSequenceClassification",
+                         decoder=True, num_labels=3, pad_token_id=0, **SMALL_MOE),
+                 MOE, engine={"model_impl": "transformers"}),
+    SelectorCase("privacy-filter", "token classifiers",
+                 "openai_privacy_filter:OpenAIPrivacyFilterForTokenClassification",
+                 "OpenAIPrivacyFilterForTokenClassification",
+                 partial(make_hf, config_cls="OpenAIPrivacyFilterConfig",
+                         model_cls="OpenAIPrivacyFilterForTokenClassification", decoder=True, num_labels=3,
+                         num_local_experts=4, num_experts_per_tok=2, pad_token_id=0),
+                 MOE + " (GPT-OSS experts)"),
+    SelectorCase("qwen2-rm-selection", "reward",
+                 "qwen2_rm:Qwen2ForRewardModel",
+                 "Qwen2ForRewardModel",
+                 matrix_case("qwen2-rm").make,
+                 "reward: MRV2 serves no token task of a decoder (PR 50574): the selector keeps it on V1",
+                 known_fault=REWARD_FAULT, checkpoint="qwen2-rm"),
+    SelectorCase("qwen2-prm-selection", "reward",
+                 "qwen2_rm:Qwen2ForProcessRewardModel",
+                 "Qwen2ForProcessRewardModel",
+                 matrix_case("qwen2-prm").make,
+                 "process reward (STEP pooling): MRV2 serves no token task of a decoder: kept on V1",
+                 engine={"pooler_config": {"step_tag_id": 1012}}, known_fault=REWARD_FAULT,
+                 checkpoint="qwen2-prm"),
+]

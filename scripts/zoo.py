@@ -1,0 +1,207 @@
+"""Small random-weight checkpoints of every pooling architecture the
+validation matrix runs (``scripts/matrix_rows.py``), made at run time with
+transformers, all local.
+
+Every checkpoint has 2 layers, hidden size 128 and attention heads of 64
+(the CPU attention backend needs head_dim >= 64), fp32, and is saved with
+``save_pretrained`` (or, for layouts transformers has no class for, as the
+published checkpoints lay them out: safetensors plus ``config.json``). The
+tokenizer is MiniLM's (BERT WordPiece, ``scripts.models.copy_tokenizer``)
+unless the architecture's embeddings need their own: RoBERTa / XLM-R
+position ids start after ``padding_idx`` and their pair encoding has no
+token type ids, so those checkpoints get a RoBERTa-style byte-level BPE
+tokenizer trained here on the STS-B sentences (``bpe_tokenizer``).
+
+Each ``make_*`` takes the destination directory first, reuses it when it
+holds a ``config.json`` and returns it; it is deterministic (seeded).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from scripts.base import REPO
+from scripts.models import copy_tokenizer, sts_test
+
+SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
+DECODER = dict(SMALL, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
+               vocab_size=30522, tie_word_embeddings=False)
+BPE_DIR = REPO / ".build" / "models" / "_bpe-tokenizer"
+BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
+
+
+def bpe_tokenizer(dest: Path, vocab_size: int = 2000) -> Path:
+    """A RoBERTa-style byte-level BPE tokenizer (``<s>``=0, ``<pad>``=1,
+    ``</s>``=2; ``<s> A </s></s> B </s>`` pairs, no token type ids) trained
+    with the ``tokenizers`` library on the STS-B test sentences, saved as a
+    ``RobertaTokenizerFast`` in ``dest``; reused when present."""
+    dest = Path(dest)
+    if (dest / "tokenizer.json").exists():
+        return dest
+    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers.processors import RobertaProcessing
+    from transformers import RobertaTokenizerFast
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(sts_test().sentences, vocab_size=vocab_size, special_tokens=BPE_SPECIALS,
+                            show_progress=False)
+    tok.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
+    fast = RobertaTokenizerFast(tokenizer_object=tok._tokenizer, bos_token="<s>", eos_token="</s>",
+                                sep_token="</s>", cls_token="<s>", unk_token="<unk>", pad_token="<pad>",
+                                mask_token="<mask>", model_max_length=512)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fast.save_pretrained(tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _tokenizer_into(tmp: Path, tokenizer: str) -> None:
+    if tokenizer == "minilm":
+        copy_tokenizer(tmp)
+    elif tokenizer == "bpe":
+        src = bpe_tokenizer(BPE_DIR)
+        for f in src.iterdir():
+            shutil.copyfile(f, tmp / f.name)
+    else:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}: 'minilm' or 'bpe'")
+
+
+def _build(dest: Path, write: Callable[[Path], None], tokenizer: str) -> Path:
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    _tokenizer_into(tmp, tokenizer)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _model(config_cls: str, model_cls: str, seed: int, config: dict):
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, config_cls)(**config)
+    return getattr(transformers, model_cls)(cfg).to(torch.float32).eval()
+
+
+def vocab(tokenizer: str) -> int:
+    """Vocabulary size of a tokenizer kind (``minilm``: 30,522; ``bpe``: as trained)."""
+    if tokenizer == "minilm":
+        return 30522
+    from transformers import AutoTokenizer
+
+    return len(AutoTokenizer.from_pretrained(str(bpe_tokenizer(BPE_DIR))))
+
+
+def make_hf(dest: Path, config_cls: str, model_cls: str, *, tokenizer: str = "minilm",
+            architectures: list[str] | None = None, decoder: bool = False, seed: int = 0,
+            **config) -> Path:
+    """Save ``transformers.<model_cls>(<config_cls>(small sizes | config))`` to
+    ``dest``; ``architectures`` overrides the class name written to
+    ``config.json`` (a registry name such as ``MistralModel``); ``decoder``
+    adds the decoder sizes (1 KV head, head_dim 64, untied embeddings)."""
+    base = DECODER if decoder else SMALL
+    config = {**base, "vocab_size": vocab(tokenizer), **config}
+
+    def write(tmp: Path) -> None:
+        import json
+
+        model = _model(config_cls, model_cls, seed, config)
+        model.save_pretrained(tmp)
+        if architectures:  # save_pretrained writes the class name: set the registry name after it
+            cfg = json.loads((tmp / "config.json").read_text())
+            cfg["architectures"] = architectures
+            (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+
+    return _build(dest, write, tokenizer)
+
+
+def make_custom(dest: Path, config_cls: str, backbone_cls: str, *, architectures: list[str],
+                prefix: str = "", heads: dict | None = None, tokenizer: str = "minilm",
+                config_attrs: dict | None = None, extra_files: dict | None = None,
+                decoder: bool = False, seed: int = 0, **config) -> Path:
+    """A checkpoint in a layout transformers has no class for: the backbone
+    ``transformers.<backbone_cls>``'s weights under ``prefix``, plus ``heads``
+    (name -> shape; random, scaled by 1/sqrt(fan-in)), ``config_attrs`` added
+    to ``config.json``, and ``extra_files`` (file name -> {name: shape}) saved
+    with ``torch.save`` beside it (BGE-M3's ``sparse_linear.pt``)."""
+    import torch
+    from safetensors.torch import save_file
+
+    base = DECODER if decoder else SMALL
+    config = {**base, "vocab_size": vocab(tokenizer), **config}
+
+    def rand(shape):
+        return torch.randn(*shape) / (shape[-1] ** 0.5 if len(shape) > 1 else 10.0)
+
+    def write(tmp: Path) -> None:
+        model = _model(config_cls, backbone_cls, seed, config)
+        weights = {f"{prefix}{k}": v.contiguous() for k, v in model.state_dict().items()
+                   if not k.startswith("pooler.")}
+        weights.update({k: rand(s) for k, s in (heads or {}).items()})
+        model.config.architectures = architectures
+        for k, v in (config_attrs or {}).items():
+            setattr(model.config, k, v)
+        model.config.save_pretrained(tmp)
+        save_file(weights, str(tmp / "model.safetensors"))
+        for name, tensors in (extra_files or {}).items():
+            torch.save({k: rand(s) for k, s in tensors.items()}, tmp / name)
+
+    return _build(dest, write, tokenizer)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2/CLIP's byte-to-printable-character table (the BPE alphabet)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len([x for x in cs if x >= 256]))
+    return dict(zip(bs, map(chr, cs)))
+
+
+def make_clip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int = 0) -> Path:
+    """A random-weight ``CLIPModel`` (text and vision towers: 2 layers, hidden
+    128, heads of 64, projection 128 (vLLM's CLIP needs projection_dim >= the
+    text hidden size, as every published CLIP has); 32x32 images in 8x8 patches) with a
+    character-level CLIP tokenizer (the byte alphabet, each character also
+    with CLIP's ``</w>`` word end, no merges; ``<|startoftext|>`` and
+    ``<|endoftext|>`` last) and a ``CLIPImageProcessor`` for that size, saved
+    as a ``CLIPProcessor``. All built locally."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    import transformers
+
+    chars = list(_bytes_to_unicode().values())
+    vocab = {t: i for i, t in enumerate(chars + [c + "</w>" for c in chars])}
+    vocab.update({"<|startoftext|>": len(vocab), "<|endoftext|>": len(vocab) + 1})
+    tok = transformers.CLIPTokenizer(vocab=vocab, merges=[], model_max_length=77)
+    size = {"height": image_size, "width": image_size}
+    processor = transformers.CLIPProcessor(
+        image_processor=transformers.CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size=size),
+        tokenizer=tok)
+    tower = dict(SMALL)
+    config = transformers.CLIPConfig(
+        text_config=dict(tower, vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=len(vocab) - 2,
+                         eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1, projection_dim=128),
+        vision_config=dict(tower, image_size=image_size, patch_size=patch_size, projection_dim=128),
+        projection_dim=128)
+    torch.manual_seed(seed)
+    model = transformers.CLIPModel(config).to(torch.float32).eval()
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    os.replace(tmp, dest)
+    return dest

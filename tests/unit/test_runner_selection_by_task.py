@@ -1,0 +1,130 @@
+"""Runner selection by pooling task (patch 0011): a pooling model whose
+configured task, or whose only tasks, MRV2 does not serve (token-level tasks
+on a decoder, PR 50574's contract) keeps V1 by default, with a log line that
+says why; forcing MRV2 on it is a start-up error naming the task and
+VLLM_USE_V2_MODEL_RUNNER=0. Before the patch these models were sent to MRV2
+and failed at start-up ("Model Runner V2 serves none of this model's pooling
+tasks"). Real configs (``EngineArgs.create_engine_config``) of small local
+checkpoints; configs only, no weights are loaded."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from scripts.models import copy_tokenizer
+
+
+def _checkpoint(root, name: str, architecture: str, **extra) -> str:
+    """A config-only Qwen2 checkpoint declaring ``architecture``, with
+    MiniLM's tokenizer: enough for ``create_engine_config``."""
+    import transformers
+
+    dest = root / name
+    dest.mkdir()
+    config = transformers.Qwen2Config(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512, **extra)
+    config.architectures = [architecture]
+    config.save_pretrained(dest)
+    copy_tokenizer(dest)
+    return str(dest)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    root = tmp_path_factory.mktemp("selection-by-task")
+    return {
+        "reward": _checkpoint(root, "reward", "Qwen2ForRewardModel"),
+        "process_reward": _checkpoint(root, "prm", "Qwen2ForProcessRewardModel"),
+        "embedder": _checkpoint(root, "embedder", "Qwen2Model"),
+    }
+
+
+@pytest.fixture
+def warnings_of_vllm_config():
+    """Messages the selector logs (vllm's loggers do not propagate to root)."""
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("vllm.config.vllm")
+    handler = Keep(level=logging.INFO)
+    logger.addHandler(handler)
+    # info_once / warning_once remember what they logged; each test must see its own line
+    from vllm.logger import _print_info_once, _print_warning_once
+
+    _print_info_once.cache_clear()
+    _print_warning_once.cache_clear()
+    yield records
+    logger.removeHandler(handler)
+
+
+@pytest.mark.parametrize(("name", "task"), [("reward", "token_classify"),
+                                            ("process_reward", "token_classify")])
+def test_token_level_only_architectures_keep_v1_by_default(real_config, checkpoints,
+                                                           warnings_of_vllm_config, name, task):
+    config = real_config(checkpoints[name], "pooling")
+    assert config.model_config.attn_type == "decoder"
+    assert config.use_v2_model_runner is False
+    (line,) = [m for m in warnings_of_vllm_config if "Model Runner V2 cannot serve" in m]
+    assert f"only pooling tasks are ['{task}']" in line and "V1 model runner" in line
+
+
+@pytest.mark.parametrize("name", ["reward", "process_reward"])
+def test_forcing_mrv2_on_token_level_only_architecture_fails_at_startup(real_config, checkpoints, name):
+    with pytest.raises(ValueError) as e:
+        real_config(checkpoints[name], "pooling", env="1")
+    message = str(e.value)
+    assert "Model Runner V2 cannot serve" in message and "'token_classify'" in message
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
+
+
+@pytest.mark.parametrize("task", ["token_embed", "token_classify"])
+def test_decoder_configured_for_a_token_task_keeps_v1(real_config, tiny_qwen3, warnings_of_vllm_config, task):
+    config = real_config(tiny_qwen3, "pooling", pooler_config={"task": task})
+    assert config.use_v2_model_runner is False
+    (line,) = [m for m in warnings_of_vllm_config if "Model Runner V2 cannot serve" in m]
+    assert f"the configured pooling task '{task}'" in line
+    with pytest.raises(ValueError, match=f"'{task}'.*VLLM_USE_V2_MODEL_RUNNER=0"):
+        real_config(tiny_qwen3, "pooling", env="1", pooler_config={"task": task})
+
+
+def test_models_whose_tasks_mrv2_serves_still_default_to_mrv2(real_config, minilm, tiny_qwen3, checkpoints):
+    """Unchanged by the patch: decoders asked for embed (their default task),
+    encoder-only models asked for a token task."""
+    assert real_config(tiny_qwen3, "pooling").use_v2_model_runner is True
+    assert real_config(checkpoints["embedder"], "pooling").use_v2_model_runner is True
+    assert real_config(tiny_qwen3, "pooling", pooler_config={"task": "embed"}).use_v2_model_runner is True
+    assert real_config(minilm, "pooling", pooler_config={"task": "token_embed"}).use_v2_model_runner is True
+
+
+def test_encoder_only_model_with_chunked_prefill_and_prefix_caching_flags_selects_mrv2(real_config, minilm):
+    """The flags set explicitly do not keep an encoder-only model off MRV2:
+    the engine turns chunked prefill off for a model without KV-cache groups,
+    and prefix caching has nothing to cache (patch 0002)."""
+    config = real_config(minilm, "pooling", enable_chunked_prefill=True, enable_prefix_caching=True)
+    assert config.use_v2_model_runner is True
+    assert real_config(minilm, "pooling", env="1", enable_chunked_prefill=True).use_v2_model_runner is True
+
+
+@pytest.mark.parametrize(("kind", "reason"), [
+    ("moe", "MoE models outside its default allowlist (Qwen3MoeForCausalLM)"),
+    ("hybrid", "hybrid (attention and state-space) models"),
+    ("attention_free", "attention-free models"),
+])
+def test_models_that_do_not_default_to_mrv2_say_why(monkeypatch, warnings_of_vllm_config, kind, reason):
+    """Patch 0011: every model the selector keeps off MRV2 by default gets a log
+    line naming the reason (the base said nothing for hybrid, attention-free and
+    MoE models)."""
+    from tests.unit.test_runner_selection import model, stand_in
+
+    monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
+    config = stand_in(model("Qwen3MoeForCausalLM", "pooling", **{kind: True}))
+    assert config.use_v2_model_runner is False
+    assert f"Model Runner V2 is not the default for {reason}; using the V1 model runner" \
+        " (VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)." in warnings_of_vllm_config
