@@ -1,10 +1,13 @@
 """The distribution as users deploy it: ``vllm serve`` on the CPU, talked to
 with real clients (issue 15 items 2 to 4).
 
-One server per model, started once per test class (``scripts.server``: a
-free port, readiness through ``/health``, the process group stopped at the
-end) while the offline ``LLM`` computes the references on the same weights
-(``scripts.engine.open_llm``, vLLM's default runner, asserted MRV2). Every
+One server per model (``scripts.server``: a free port, readiness through
+``/health``, the process group stopped at the end). The servers of the
+selected test classes are all launched when the module starts, so their
+start-ups overlap one another and the offline ``LLM`` runs computing the
+references on the same weights (``scripts.engine.open_llm``, vLLM's default
+runner, asserted MRV2), one model after the other; the servers stop when
+the module ends. Every
 answer equals the offline result within 1e-5; every server's worker is asked
 which runner it built (``/collective_rpc`` with ``VLLM_SERVER_DEV_MODE=1``
 and ``scripts.engine.WorkerProbe``): MRV2, vLLM's default.
@@ -68,16 +71,44 @@ def sentences(sts):
     return sts.sentences
 
 
-def serve(model, name, fn):
-    """Launch ``vllm serve model``, compute ``fn(llm)`` offline meanwhile,
-    then wait for the server; yield (server, fn's result); stop the server."""
-    server = VllmServer(model, name=name).launch()
+def _models() -> dict:
+    """Server name -> model directory, one per test class (``SERVES``)."""
+    return {"minilm": minilm_path(),
+            "tiny-cross-encoder": make_tiny_bert(MODELS / "tiny-bert-cross-encoder", head="seq_cls", num_labels=1),
+            "tiny-classifier": make_tiny_bert(MODELS / "tiny-bert-seq-cls", head="seq_cls", num_labels=3),
+            "tiny-colbert": make_tiny_colbert(MODELS / "tiny-hf-colbert")}
+
+
+# test class -> the server it talks to
+SERVES = {"TestEmbedServer": "minilm", "TestCrossEncoderServer": "tiny-cross-encoder",
+          "TestClassifierServer": "tiny-classifier", "TestColbertServer": "tiny-colbert"}
+
+
+@pytest.fixture(scope="module")
+def servers(request):
+    """The servers of the test classes selected in this module, all launched
+    at once (not yet ready: ``serve`` waits); stopped at the module's end."""
+    module = request.module.__name__
+    wanted = {SERVES[item.cls.__name__] for item in request.session.items
+              if item.module.__name__ == module and item.cls is not None and item.cls.__name__ in SERVES}
+    launched = {}
     try:
-        reference = offline(model, fn)
-        server.wait_ready()
-        yield server, reference
+        for name, model in _models().items():
+            if name in wanted:
+                launched[name] = VllmServer(model, name=name).launch()
+        yield launched
     finally:
-        server.stop()
+        for server in launched.values():
+            server.stop()
+
+
+def serve(servers, name, fn):
+    """The server ``name`` of ``servers`` once ready, and ``fn(llm)`` computed
+    offline on its model (while it and the others start)."""
+    server = servers[name]
+    reference = offline(server.model, fn)
+    server.wait_ready()
+    return server, reference
 
 
 def post(server, path, body, timeout=300):
@@ -179,7 +210,7 @@ class TestEmbedServer:
     N_LOAD = 2000
 
     @pytest.fixture(scope="class")
-    def embed_server(self, sentences):
+    def embed_server(self, servers, sentences):
         texts = sentences[:8]
         load = mixed_length_texts(sentences, self.N_LOAD)
 
@@ -189,7 +220,7 @@ class TestEmbedServer:
             return {"texts": texts, "vectors": vectors[: len(texts)], "load": load,
                     "load_vectors": vectors[len(texts):]}
 
-        yield from serve(minilm_path(), "minilm", reference)
+        return serve(servers, "minilm", reference)
 
     def test_runner_and_models(self, embed_server):
         server, _ = embed_server
@@ -274,15 +305,14 @@ class TestEmbedServer:
 
 class TestCrossEncoderServer:
     @pytest.fixture(scope="class")
-    def cross_server(self, sentences):
-        model = make_tiny_bert(MODELS / "tiny-bert-cross-encoder", head="seq_cls", num_labels=1)
+    def cross_server(self, servers, sentences):
         docs = sentences[10:16]
 
         def reference(llm):
             return {"docs": docs, "scores": np.asarray([o.outputs.score for o in
                                                         llm.score(QUERY, docs, use_tqdm=False)])}
 
-        yield from serve(model, "tiny-cross-encoder", reference)
+        return serve(servers, "tiny-cross-encoder", reference)
 
     def test_score_and_rerank_on_text_pairs(self, cross_server):
         server, ref = cross_server
@@ -314,15 +344,14 @@ class TestCrossEncoderServer:
 
 class TestClassifierServer:
     @pytest.fixture(scope="class")
-    def cls_server(self, sentences):
-        model = make_tiny_bert(MODELS / "tiny-bert-seq-cls", head="seq_cls", num_labels=3)
+    def cls_server(self, servers, sentences):
         texts = sentences[20:26]
 
         def reference(llm):
             return {"texts": texts, "probs": np.asarray([o.outputs.probs for o in
                                                          llm.classify(texts, use_tqdm=False)])}
 
-        yield from serve(model, "tiny-classifier", reference)
+        return serve(servers, "tiny-classifier", reference)
 
     def test_classify_and_pooling(self, cls_server):
         server, ref = cls_server
@@ -353,8 +382,7 @@ class TestClassifierServer:
 
 class TestColbertServer:
     @pytest.fixture(scope="class")
-    def colbert_server(self, sentences):
-        model = make_tiny_colbert(MODELS / "tiny-hf-colbert")
+    def colbert_server(self, servers, sentences):
         docs = sentences[30:38]
 
         def reference(llm):
@@ -363,7 +391,7 @@ class TestColbertServer:
                       llm.encode([QUERY] + docs[:2], pooling_task="token_embed", use_tqdm=False)]
             return {"docs": docs, "scores": scores, "tokens": tokens}
 
-        yield from serve(model, "tiny-colbert", reference)
+        return serve(servers, "tiny-colbert", reference)
 
     def test_late_interaction_score_rerank_and_token_embed(self, colbert_server):
         server, ref = colbert_server
