@@ -13,9 +13,10 @@ PY := $(CURDIR)/$(VENV)/bin/python
 # The flavor of the in-tree vllm/ and of the wheel installed here. These machines
 # have no GPU, so `cpu`; `make wheels` builds both flavors.
 FLAVOR ?= cpu
-VERSION := $(shell $(PYTHON) -m scripts.base version)
-WHEEL_cpu := dist/vllm_cpu-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
-WHEEL_cuda := dist/vllm-$(VERSION)-cp38-abi3-manylinux_2_28_x86_64.whl
+# Both flavors' wheels are the distribution vllm; the cpu one carries the device in
+# its local version as upstream's CPU builds do (vllm-0.26.0+mrv2pool.N.cpu-...whl).
+WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.base wheel-name --flavor cpu)
+WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.base wheel-name --flavor cuda)
 SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
 TOOLING := scripts/base.py scripts/series.py setup.py pyproject.toml
 
@@ -77,11 +78,20 @@ lint: env
 	$(PY) -m ruff check scripts tests setup.py
 	$(PY) -m scripts.series lint
 
+# The build's file-by-file output goes to .build/logs/wheel-<flavor>.log (its tail
+# is shown when it fails).
+define build_wheel
+	@mkdir -p .build/logs
+	@echo "== wheel ($(1)): $(2) (build log: .build/logs/wheel-$(1).log)"
+	@VLLM_TARGET_DEVICE=$(1) $(PY) -m build --wheel --no-isolation --outdir dist > .build/logs/wheel-$(1).log 2>&1 \
+		|| { tail -n 30 .build/logs/wheel-$(1).log; exit 1; }
+endef
+
 $(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
-	VLLM_TARGET_DEVICE=cpu $(PY) -m build --wheel --no-isolation --outdir dist
+	$(call build_wheel,cpu,$@)
 
 $(WHEEL_cuda): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
-	VLLM_TARGET_DEVICE=cuda $(PY) -m build --wheel --no-isolation --outdir dist
+	$(call build_wheel,cuda,$@)
 
 wheel: $(WHEEL_$(FLAVOR))
 
@@ -89,11 +99,17 @@ wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
 # and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (see README).
-$(VENV)/.vllm-installed: $(WHEEL_$(FLAVOR))
-	$(PY) -m pip install --no-deps --force-reinstall $<
+# Revisions up to 7 installed the cpu wheel as the distribution vllm-cpu, which
+# owns the same files: it is uninstalled first. The
+# stamp names the wheel installed, so another wheel (flavor, revision) reinstalls.
+INSTALLED_STAMP := $(VENV)/.vllm-installed-$(notdir $(WHEEL_$(FLAVOR)))
+$(INSTALLED_STAMP): $(WHEEL_$(FLAVOR))
+	@if $(PY) -m pip show --quiet vllm-cpu >/dev/null 2>&1; then $(PY) -m pip uninstall --yes vllm-cpu; fi
+	$(PY) -m pip install --quiet --no-deps --force-reinstall $<
+	rm -f $(VENV)/.vllm-installed*
 	touch $@
 
-install: $(VENV)/.vllm-installed
+install: $(INSTALLED_STAMP)
 
 smoke: install apply
 	$(PY) -m scripts.smoke

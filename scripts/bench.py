@@ -43,13 +43,17 @@ rotating each round, one warm-up call each first; medians reported):
 3. ``overhead``: ``scripts.pool_overhead`` in a process of its own: host time
    of one pooling step without the model forward, MRV2 against V1, 1 to 256
    requests per step.
+4. ``serve``: ``vllm serve`` under load, MRV2 and V1 servers side by side
+   through upstream's ``vllm bench serve``, and a server's resident memory
+   over 5,000 late-interaction requests with clients hanging up
+   (``scripts.bench_server``).
 
 Outputs: ``reports/bench.json`` (with the machine's description),
 ``reports/bench-throughput.png``, ``reports/bench-colbert.png``,
 ``reports/bench-overhead.png``, ``reports/bench.md``; a short table printed
 last (``scripts.bench_report``).
 
-    python -m scripts.bench [--reps 3] [--colbert-reps 5] [--limit N] [--quick] [--sections embed,token_embed,colbert,overhead]
+    python -m scripts.bench [--reps 3] [--colbert-reps 5] [--limit N] [--quick] [--sections embed,token_embed,colbert,overhead,serve]
                             [--all-engines] [--engines v1,mrv2-interpreter,mrv2] [--out reports]
 """
 
@@ -82,7 +86,7 @@ ENGINES = {
 ST = "sentence-transformers"
 DOC_COUNTS = (1, 8, 64, 256, 1024)
 OVERHEAD_SIZES = (1, 4, 16, 64, 256)
-SECTIONS = ("embed", "token_embed", "colbert", "overhead")
+SECTIONS = ("embed", "token_embed", "colbert", "overhead", "serve")
 
 
 # --------------------------------------------------------------------------- the machine
@@ -567,6 +571,9 @@ def main(argv=None) -> int:
         args.limit, args.reps, args.colbert_reps, args.overhead_budget = args.limit or 256, 1, 1, 0.1
 
     started = time.perf_counter()
+    from scripts.engine import quiet_vllm
+
+    quiet_vllm("bench")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     # vLLM decides HAS_TRITON at import: with the interpreter on in this
@@ -592,6 +599,10 @@ def main(argv=None) -> int:
                "colbert": len(later) * len(doc_counts)}
     reps = {"embed": args.reps, "token_embed": args.reps, "colbert": args.colbert_reps}
     total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
+    if "serve" in sections:
+        from scripts.bench_server import bar_steps
+
+        total += bar_steps(args.reps, args.quick)
     print(f"== make bench: {len(sentences)} STS-B sentences; engines side by side, {args.reps} "
           f"interleaved rounds after a warm-up ({args.colbert_reps} for scoring); "
           f"sections {', '.join(sections)}", flush=True)
@@ -614,6 +625,11 @@ def main(argv=None) -> int:
             bar.set_description("colbert")
             results["colbert"] = _section("colbert", bench_colbert, sentences, doc_counts, args.colbert_reps, bar,
                                           later)
+        if "serve" in sections:
+            from scripts.bench_server import bench_serve
+
+            bar.set_description("serve")
+            results["serve"] = _section("serve", bench_serve, sts_test().sentences, args.reps, bar, args.quick)
     if "overhead" in sections:
         print("== pooling overhead per step (MRV2 vs V1, no model forward)", flush=True)
         results["overhead"] = _section("overhead", bench_overhead, worker_threads(results), sizes,

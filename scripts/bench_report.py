@@ -145,7 +145,7 @@ def summary(results: dict) -> str:
                      *[_fmt(per[c]["query_encodings_per_call"], 2) if c in per else "" for c in cols],
                      *[""] * len(ratio_cols)])
     out = lines
-    failed = [f"{k}: {results[k]['error']}" for k in ("embed", "token_embed", "colbert", "overhead")
+    failed = [f"{k}: {results[k]['error']}" for k in ("embed", "token_embed", "colbert", "overhead", "serve")
               if "error" in (results.get(k) or {})]
     out += [f"section failed: {f}" for f in failed]
     if rows:
@@ -163,6 +163,11 @@ def summary(results: dict) -> str:
                                      if (c := cell.get((v, n))) else "") for v in variants]])
         out += ["", f"pooling host time per step, MRV2/V1 (MRV2 us / V1 us, median, "
                     f"{ov.get('torch_threads')} thread(s)):", _table(["requests/step", *variants], orows)]
+    serve = _ok(results, "serve")
+    if serve:
+        from scripts.bench_server import summary_lines
+
+        out += summary_lines(serve)
     return "\n".join(out)
 
 

@@ -8,7 +8,10 @@ unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran;
 ``input_preparation(llm)`` tells how that MRV2 runner prepares its inputs
 (native CPU kernels on a CPU without Triton, patch 0008; Triton kernels, compiled or
-under ``TRITON_INTERPRET=1``, otherwise).
+under ``TRITON_INTERPRET=1``, otherwise). ``quiet_vllm(job)`` (from
+``scripts.quiet``) sends vLLM's output of a job to ``reports/logs/<job>.log``.
+``WorkerProbe`` gives a server's worker the same probes, for
+``scripts.server``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import time
 
 import numpy as np
+
+from scripts.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 
 # DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
 GPU_MEMORY_UTILIZATION = 0.3
@@ -86,11 +91,7 @@ def runner_in_use(llm) -> str:
     ``vllm.v1.worker.cpu``); V1's in ``vllm.v1.worker.*_model_runner``.
     Raises ``RuntimeError`` for anything else."""
     (name,) = set(llm.collective_rpc(runner_class))
-    if name.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
-        return "MRV2"
-    if name.startswith("vllm.v1.worker.") and "_model_runner." in name:
-        return "V1"
-    raise RuntimeError(f"unknown model runner {name}")
+    return runner_kind(name)
 
 
 def input_preparation_kind(worker) -> str:
@@ -276,3 +277,56 @@ def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
     """transformers reference of mean pooling over all tokens, L2-normalised,
     fp32, shape (N, d): what sentence-transformers computes for MiniLM."""
     return l2_normalize(np.stack([h.mean(axis=0) for h in hf_forward(model_dir, prompts)]))
+
+
+class WorkerProbe:
+    """Worker extension for servers (``vllm serve --worker-extension-cls
+    scripts.engine.WorkerProbe``): upstream mixes this class into the worker
+    class (``WorkerWrapperBase.init_worker``), so a server started with
+    ``VLLM_SERVER_DEV_MODE=1`` answers ``POST /collective_rpc {"method":
+    "probe_runner_class"}`` from inside its worker, as ``LLM.collective_rpc``
+    does offline. Each method returns JSON-able data (the endpoint turns
+    anything else into ``str``)."""
+
+    def probe_runner_class(self) -> str:
+        """``runner_class``: qualified name of the worker's model runner."""
+        return runner_class(self)
+
+    def probe_input_preparation(self) -> str:
+        """``input_preparation_kind``: how an MRV2 runner prepares its inputs."""
+        return input_preparation_kind(self)
+
+    def probe_late_interaction_state(self) -> dict:
+        """``late_interaction_state``: cached queries, their uses, pending documents."""
+        return late_interaction_state(self)
+
+    def probe_memory(self) -> dict:
+        """After ``gc.collect()``: the worker's live Python objects, its
+        resident memory (bytes), and its resident memory once glibc's
+        ``malloc_trim(0)`` has handed freed heap back to the system (None
+        without glibc). Memory still resident after the trim is in use;
+        what the trim returns was freed but kept by the allocator."""
+        import ctypes
+        import gc
+
+        import psutil
+
+        gc.collect()
+        process = psutil.Process()
+        rss = process.memory_info().rss
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            trimmed = process.memory_info().rss
+        except (OSError, AttributeError):
+            trimmed = None
+        return {"python_objects": len(gc.get_objects()), "rss": rss, "rss_after_malloc_trim": trimmed}
+
+
+def runner_kind(class_name: str) -> str:
+    """``"MRV2"`` or ``"V1"`` for a model runner's qualified class name (see
+    ``runner_in_use``); ``RuntimeError`` for anything else."""
+    if class_name.startswith(("vllm.v1.worker.gpu.", "vllm.v1.worker.cpu.")):
+        return "MRV2"
+    if class_name.startswith("vllm.v1.worker.") and "_model_runner." in class_name:
+        return "V1"
+    raise RuntimeError(f"unknown model runner {class_name}")

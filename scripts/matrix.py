@@ -37,6 +37,7 @@ from scripts.base import REPO
 from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
                             hf_forward, input_preparation, l2_normalize, open_llm, rowwise_cosine,
                             runner_in_use, select_runner, st_embed)
+from scripts.engine import quiet_vllm
 from scripts.matrix_rows import CASES, Case, inputs
 from scripts.models import minilm_path, sts_test
 from scripts.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
@@ -319,6 +320,7 @@ def main(argv=None) -> int:
     if unknown or (args.rows and set(args.rows.split(",")) - set(ROW_IDS)):
         print(f"error: unknown ids {sorted(unknown) or args.rows}; see --list", file=sys.stderr)
         return 2
+    quiet_vllm("matrix")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     in_process(not args.processes)
     start = time.perf_counter()

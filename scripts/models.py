@@ -15,7 +15,8 @@
   the ``HF_ColBERT`` layout (``bert.*`` plus the ``linear`` projection,
   ``dim`` declared in ``config.json``), with ``colbert_reference`` giving
   its per-token embeddings;
-- ``sts_test()``: the STS-B test pairs of ``../shared/data/stsbenchmark``.
+- ``sts_test()``: the STS-B test pairs of ``../shared/data/stsbenchmark``;
+  ``mixed_length_texts`` builds requests of mixed lengths from them.
 """
 
 from __future__ import annotations
@@ -220,3 +221,18 @@ def sts_test(path: Path = STS_TEST) -> StsPairs:
             first.append(row[5])
             second.append(row[6])
     return StsPairs(first, second, gold)
+
+
+def mixed_length_texts(sentences: list[str], n: int, seed: int = 0, max_words: int = 200) -> list[str]:
+    """``n`` texts of mixed lengths made of ``sentences`` (STS-B's): each joins
+    1 (half of them), 2, 4 or 8 sentences drawn at random (``seed``), cut to
+    ``max_words`` words (200 stays under all-MiniLM-L6-v2's 256 tokens)."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.choice([1, 1, 1, 2, 4, 8])
+        out.append(" ".join(" ".join(rng.choice(sentences) for _ in range(k)).split()[:max_words]))
+    return out
+

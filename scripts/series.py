@@ -150,7 +150,7 @@ def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = No
     """Extract the base of ``flavor`` into ``dest`` and apply ``names`` (the whole
     series by default) in order. Returns ``dest/vllm``."""
     wheel = fetch(base.artifact(flavor))
-    tree = extract_base(wheel, dest, base.dist_version)
+    tree = extract_base(wheel, dest, base.flavor_version(flavor))
     for name in read_series(patches_dir / "series") if names is None else names:
         apply_patch(patches_dir / name, dest)
     return tree
@@ -159,7 +159,7 @@ def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = No
 def inputs_digest(base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
     """sha256 over what a tree is made of: the base artifact's pinned digest,
     the distribution version, the series and every patch in it."""
-    h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.dist_version}\0".encode())
+    h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.flavor_version(flavor)}\0".encode())
     names = read_series(patches_dir / "series")
     for name in names:
         h.update(name.encode() + b"\0" + (patches_dir / name).read_bytes())
@@ -485,7 +485,7 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
         shutil.copyfile(candidate, patches_dir / name)
         # the tree is now exactly base + series: record that, so apply knows
         # it holds no unrefreshed edits (and give it the current version file)
-        (tree / "_version.py").write_text(version_file(base.dist_version))
+        (tree / "_version.py").write_text(version_file(base.flavor_version(flavor)))
         _stamp(tree).write_text(f"{flavor} {inputs_digest(base, flavor, patches_dir)} {tree_digest(tree)}")
     return patches_dir / name
 

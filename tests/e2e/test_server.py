@@ -1,0 +1,455 @@
+"""The distribution as users deploy it: ``vllm serve`` on the CPU, talked to
+with real clients (issue 15 items 2 to 4).
+
+One server per model (``scripts.server``: a free port, readiness through
+``/health``, the process group stopped at the end). The servers of the
+selected test classes are all launched when the module starts, so their
+start-ups overlap one another and the offline ``LLM`` runs computing the
+references on the same weights (``scripts.engine.open_llm``, vLLM's default
+runner, asserted MRV2), one model after the other; the servers stop when
+the module ends. Every
+answer equals the offline result within 1e-5; every server's worker is asked
+which runner it built (``/collective_rpc`` with ``VLLM_SERVER_DEV_MODE=1``
+and ``scripts.engine.WorkerProbe``): MRV2, vLLM's default.
+
+- all-MiniLM-L6-v2 (embed): the ``openai`` client on ``/v1/embeddings``
+  (float, base64, batches, ``dimensions`` refused), ``/pooling``,
+  ``/v1/models``; 64 concurrent clients sending 2,000 requests of mixed
+  lengths, each answer checked, none lost, none duplicated;
+- a tiny cross-encoder (``/score``, ``/rerank`` on text pairs);
+- a tiny classifier (``/classify``, ``/pooling``);
+- a tiny ColBERT (late-interaction ``/score`` and ``/rerank``, token_embed
+  through ``/pooling``); 100 clients disconnecting in the middle of a
+  ``/rerank`` leave nothing behind in the worker.
+
+Bad input (``FAULTS``): each endpoint with empty input, a prompt over
+max_model_len, a wrong model name, a task the model does not serve,
+malformed JSON and a base64 request where the endpoint cannot give it gets a
+4xx whose message names the problem, while a concurrent stream of good
+requests stays correct.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from scripts.engine import assert_runner, close_llm, expected_input_preparation, open_llm
+from scripts.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
+from scripts.server import SERVER_MEMORY_UTILIZATION, VllmServer
+
+TOL = 1e-5
+MODELS = Path(__file__).resolve().parents[2] / ".build" / "models"
+LONG = "word " * 600  # over every model's max_model_len (MiniLM 256, the tiny BERTs 512)
+QUERY = "A man is playing a guitar."
+EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+
+
+def offline(model, fn):
+    """``fn(llm)`` on an offline engine for ``model`` (vLLM's default runner,
+    asserted MRV2), closed afterwards."""
+    llm = open_llm(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION)
+    try:
+        assert_runner(llm, "MRV2")
+        return fn(llm)
+    finally:
+        close_llm(llm)
+
+
+@pytest.fixture(scope="module")
+def sentences(sts):
+    return sts.sentences
+
+
+def _models() -> dict:
+    """Server name -> model directory, one per test class (``SERVES``)."""
+    return {"minilm": minilm_path(),
+            "tiny-cross-encoder": make_tiny_bert(MODELS / "tiny-bert-cross-encoder", head="seq_cls", num_labels=1),
+            "tiny-classifier": make_tiny_bert(MODELS / "tiny-bert-seq-cls", head="seq_cls", num_labels=3),
+            "tiny-colbert": make_tiny_colbert(MODELS / "tiny-hf-colbert")}
+
+
+# test class -> the server it talks to
+SERVES = {"TestEmbedServer": "minilm", "TestCrossEncoderServer": "tiny-cross-encoder",
+          "TestClassifierServer": "tiny-classifier", "TestColbertServer": "tiny-colbert"}
+
+
+@pytest.fixture(scope="module")
+def servers(request):
+    """The servers of the test classes selected in this module, all launched
+    at once (not yet ready: ``serve`` waits); stopped at the module's end."""
+    module = request.module.__name__
+    wanted = {SERVES[item.cls.__name__] for item in request.session.items
+              if item.module.__name__ == module and item.cls is not None and item.cls.__name__ in SERVES}
+    launched = {}
+    try:
+        for name, model in _models().items():
+            if name in wanted:
+                launched[name] = VllmServer(model, name=name).launch()
+        yield launched
+    finally:
+        for server in launched.values():
+            server.stop()
+
+
+def serve(servers, name, fn):
+    """The server ``name`` of ``servers`` once ready, and ``fn(llm)`` computed
+    offline on its model (while it and the others start)."""
+    server = servers[name]
+    reference = offline(server.model, fn)
+    server.wait_ready()
+    return server, reference
+
+
+def post(server, path, body, timeout=300):
+    return requests.post(server.url(path), json=body, timeout=timeout)
+
+
+def assert_mrv2(server):
+    assert server.runner() == "MRV2"
+    assert server.input_preparation() == expected_input_preparation()
+
+
+# ------------------------------------------------------------------ bad input
+
+ENDPOINTS = ("/v1/embeddings", "/pooling", "/classify", "/score", "/rerank")
+GOOD = {"/v1/embeddings": {"input": "a cat"}, "/pooling": {"input": "a cat"}, "/classify": {"input": "a cat"},
+        "/score": {"queries": QUERY, "documents": ["a cat"]}, "/rerank": {"query": QUERY, "documents": ["a cat"]}}
+EMPTY = {"/v1/embeddings": {"input": []}, "/pooling": {"input": []}, "/classify": {"input": []},
+         "/score": {"documents": []}, "/rerank": {"documents": []}}
+TOO_LONG = {"/v1/embeddings": {"input": LONG}, "/pooling": {"input": LONG}, "/classify": {"input": LONG},
+            "/score": {"documents": [LONG]}, "/rerank": {"documents": ["short", LONG]}}
+EMPTY_MESSAGE = {"/v1/embeddings": "You must pass at least one prompt", "/pooling": "You must pass at least one prompt",
+                 "/classify": "You must pass at least one prompt",
+                 "/score": "At least one text_pair element must be given",
+                 "/rerank": "At least one text_pair element must be given"}
+ENCODES = ("/v1/embeddings", "/pooling")  # the endpoints with an encoding_format
+
+
+def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[str, str]):
+    """(endpoint, body or raw bytes, fault, status, words of the message) for
+    every endpoint and fault. An endpoint the model does not serve answers
+    every request with 404 naming that; ``pooling_tasks``: task asked of
+    /pooling -> words of the refusal."""
+    cases = []
+    for e in ENDPOINTS:
+        good = {"model": model, **GOOD[e]}
+        if e not in serves:
+            unserved = (404, [f"This server's model does not serve {e}"])
+            cases += [(e, good, "task not served", *unserved),
+                      (e, {**good, "encoding_format": "base64"}, "base64", *unserved)]
+            continue
+        cases += [
+            (e, {**good, **EMPTY[e]}, "empty input", 400, [EMPTY_MESSAGE[e]]),
+            (e, {**good, **TOO_LONG[e]}, "over max_model_len", 400, [f"maximum context length is {max_len} tokens"]),
+            (e, {**good, "model": "no-such-model"}, "wrong model", 404, ["The model `no-such-model` does not exist"]),
+            (e, json.dumps(good).encode()[:-5], "malformed JSON", 400, ["JSON decode error"]),
+        ]
+        if e not in ENCODES:
+            cases.append((e, {**good, "encoding_format": "base64"}, "base64", 400,
+                          ["encoding_format='base64' is not supported by this endpoint"]))
+    for task, words in pooling_tasks.items():
+        cases.append(("/pooling", {"model": model, "input": "a cat", "task": task}, f"task {task}", 400, [words]))
+    return cases
+
+
+def send(server, endpoint, body):
+    if isinstance(body, bytes):
+        return requests.post(server.url(endpoint), data=body, headers={"Content-Type": "application/json"},
+                             timeout=120)
+    return post(server, endpoint, body, timeout=120)
+
+
+def check_faults(server, cases, good):
+    """Send every case of ``fault_cases`` while another client sends ``good``
+    = (endpoint, body, check of the answer) again and again: each case gets
+    its status and a message with its words, every good answer is correct.
+    Prints the rows (endpoint | fault | status | message)."""
+    stop, results = threading.Event(), []
+
+    def stream():
+        while not stop.is_set():
+            r = post(server, good[0], good[1], timeout=120)
+            results.append(r.status_code == 200 and good[2](r.json()))
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    rows, failures = [], []
+    try:
+        for endpoint, body, fault, status, words in cases:
+            r = send(server, endpoint, body)
+            try:
+                message = r.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = r.text
+            rows.append((endpoint, fault, r.status_code, message))
+            if r.status_code != status or not all(w in message for w in words):
+                failures.append(f"{endpoint} {fault}: {r.status_code} {message!r} (want {status} naming {words})")
+    finally:
+        stop.set()
+        thread.join()
+    print("\n" + "\n".join(f"| {server.name} | {e} | {f} | {s} | {m[:200]!r} |" for e, f, s, m in rows))
+    assert failures == []
+    assert results and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
+    assert server.runner() == "MRV2"  # still serving, same worker
+
+
+# ------------------------------------------------------------------ embed: all-MiniLM-L6-v2
+
+class TestEmbedServer:
+    N_LOAD = 2000
+
+    @pytest.fixture(scope="class")
+    def embed_server(self, servers, sentences):
+        texts = sentences[:8]
+        load = mixed_length_texts(sentences, self.N_LOAD)
+
+        def reference(llm):
+            out = llm.embed(texts + load, use_tqdm=False)
+            vectors = np.asarray([o.outputs.embedding for o in out], dtype=np.float32)
+            return {"texts": texts, "vectors": vectors[: len(texts)], "load": load,
+                    "load_vectors": vectors[len(texts):]}
+
+        return serve(servers, "minilm", reference)
+
+    def test_runner_and_models(self, embed_server):
+        server, _ = embed_server
+        assert_mrv2(server)
+        models = requests.get(server.url("/v1/models"), timeout=30).json()
+        assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == \
+            [(str(minilm_path()), "model", 256)]
+
+    def test_openai_embeddings_float_base64_batch(self, embed_server):
+        import openai
+
+        server, ref = embed_server
+        client = openai.OpenAI(base_url=server.url("/v1"), api_key="unused")
+        model = server.served_model()
+        floats = client.embeddings.create(model=model, input=ref["texts"], encoding_format="float")
+        got = np.asarray([d.embedding for d in sorted(floats.data, key=lambda d: d.index)], dtype=np.float32)
+        assert got.shape == (8, 384)
+        assert abs(got - ref["vectors"]).max() <= TOL
+        b64 = client.embeddings.create(model=model, input=ref["texts"], encoding_format="base64")
+        assert all(isinstance(d.embedding, str) for d in b64.data)
+        got = np.stack([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4")
+                        for d in sorted(b64.data, key=lambda d: d.index)])
+        assert abs(got - ref["vectors"]).max() <= TOL
+        one = client.embeddings.create(model=model, input=ref["texts"][3], encoding_format="float")
+        assert abs(np.asarray(one.data[0].embedding) - ref["vectors"][3]).max() <= TOL
+        assert floats.usage.prompt_tokens > 8
+
+    def test_openai_dimensions_refused(self, embed_server):
+        import openai
+
+        server, ref = embed_server
+        client = openai.OpenAI(base_url=server.url("/v1"), api_key="unused")
+        with pytest.raises(openai.BadRequestError) as e:
+            client.embeddings.create(model=server.served_model(), input=ref["texts"][:1], dimensions=8)
+        assert e.value.status_code == 400
+        assert "does not support Matryoshka embeddings; dimensions must be unset (received dimensions=8)" \
+            in e.value.body["message"]
+
+    def test_pooling_endpoint(self, embed_server):
+        server, ref = embed_server
+        r = post(server, "/pooling", {"model": server.served_model(), "input": ref["texts"], "task": "embed"})
+        assert r.status_code == 200, r.text
+        got = np.asarray([d["data"] for d in r.json()["data"]], dtype=np.float32)
+        assert abs(got - ref["vectors"]).max() <= TOL
+
+    def test_64_clients_2000_requests_all_correct_once(self, embed_server):
+        """64 concurrent clients, 2,000 requests of mixed lengths: every
+        answer is its own text's embedding (within 1e-5 of offline), none
+        lost (2,000 answers, all 200), none duplicated (2,000 distinct
+        response ids, each request answered once)."""
+        server, ref = embed_server
+        model, url = server.served_model(), server.url("/v1/embeddings")
+        local = threading.local()
+
+        def one(i):
+            session = getattr(local, "session", None) or requests.Session()
+            local.session = session
+            r = session.post(url, json={"model": model, "input": ref["load"][i]}, timeout=600)
+            body = r.json()
+            return i, r.status_code, body.get("id"), np.asarray(body["data"][0]["embedding"], dtype=np.float32)
+
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(one, range(self.N_LOAD)))
+        assert [a[0] for a in answers] == list(range(self.N_LOAD))
+        assert {a[1] for a in answers} == {200}
+        assert len({a[2] for a in answers}) == self.N_LOAD
+        errors = np.asarray([abs(a[3] - ref["load_vectors"][a[0]]).max() for a in answers])
+        assert errors.max() <= TOL, f"{(errors > TOL).sum()} answers differ; worst {errors.max():.2e}"
+
+    def test_bad_input(self, embed_server):
+        server, ref = embed_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/v1/embeddings", "/pooling", "/score", "/rerank"}, 256,
+                            {"classify": "Unsupported task: 'classify'",
+                             "token_embed": "This server runs the pooling task 'embed', not 'token_embed'"})
+        good = ("/v1/embeddings", {"model": model, "input": ref["texts"][0]},
+                lambda b: abs(np.asarray(b["data"][0]["embedding"]) - ref["vectors"][0]).max() <= TOL)
+        check_faults(server, cases, good)
+
+
+# ------------------------------------------------------------------ cross-encoder
+
+class TestCrossEncoderServer:
+    @pytest.fixture(scope="class")
+    def cross_server(self, servers, sentences):
+        docs = sentences[10:16]
+
+        def reference(llm):
+            return {"docs": docs, "scores": np.asarray([o.outputs.score for o in
+                                                        llm.score(QUERY, docs, use_tqdm=False)])}
+
+        return serve(servers, "tiny-cross-encoder", reference)
+
+    def test_score_and_rerank_on_text_pairs(self, cross_server):
+        server, ref = cross_server
+        assert_mrv2(server)
+        model = server.served_model()
+        r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
+        assert r.status_code == 200, r.text
+        got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
+        assert abs(got - ref["scores"]).max() <= TOL
+        r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [x["index"] for x in results] == list(np.argsort(-ref["scores"], kind="stable"))
+        for x in results:
+            assert x["document"]["text"] == ref["docs"][x["index"]]
+            assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= TOL
+
+    def test_bad_input(self, cross_server):
+        server, ref = cross_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/classify", "/score", "/rerank"}, 512,
+                            {"embed": "Unsupported task: 'embed'"})
+        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
+                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
+        check_faults(server, cases, good)
+
+
+# ------------------------------------------------------------------ classifier
+
+class TestClassifierServer:
+    @pytest.fixture(scope="class")
+    def cls_server(self, servers, sentences):
+        texts = sentences[20:26]
+
+        def reference(llm):
+            return {"texts": texts, "probs": np.asarray([o.outputs.probs for o in
+                                                         llm.classify(texts, use_tqdm=False)])}
+
+        return serve(servers, "tiny-classifier", reference)
+
+    def test_classify_and_pooling(self, cls_server):
+        server, ref = cls_server
+        assert_mrv2(server)
+        model = server.served_model()
+        r = post(server, "/classify", {"model": model, "input": ref["texts"]})
+        assert r.status_code == 200, r.text
+        data = sorted(r.json()["data"], key=lambda d: d["index"])
+        got = np.asarray([d["probs"] for d in data])
+        assert abs(got - ref["probs"]).max() <= TOL
+        assert [d["label"] for d in data] == [f"LABEL_{i}" for i in ref["probs"].argmax(axis=1)]
+        assert {d["num_classes"] for d in data} == {3}
+        r = post(server, "/pooling", {"model": model, "input": ref["texts"], "task": "classify"})
+        assert r.status_code == 200, r.text
+        got = np.asarray([d["data"] for d in r.json()["data"]])
+        assert abs(got - ref["probs"]).max() <= TOL
+
+    def test_bad_input(self, cls_server):
+        server, ref = cls_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/classify"}, 512, {"embed": "Unsupported task: 'embed'"})
+        good = ("/classify", {"model": model, "input": ref["texts"][0]},
+                lambda b: abs(np.asarray(b["data"][0]["probs"]) - ref["probs"][0]).max() <= TOL)
+        check_faults(server, cases, good)
+
+
+# ------------------------------------------------------------------ ColBERT
+
+class TestColbertServer:
+    @pytest.fixture(scope="class")
+    def colbert_server(self, servers, sentences):
+        docs = sentences[30:38]
+
+        def reference(llm):
+            scores = np.asarray([o.outputs.score for o in llm.score(QUERY, docs, use_tqdm=False)])
+            tokens = [o.outputs.data.float().numpy() for o in
+                      llm.encode([QUERY] + docs[:2], pooling_task="token_embed", use_tqdm=False)]
+            return {"docs": docs, "scores": scores, "tokens": tokens}
+
+        return serve(servers, "tiny-colbert", reference)
+
+    def test_late_interaction_score_rerank_and_token_embed(self, colbert_server):
+        server, ref = colbert_server
+        assert_mrv2(server)
+        model = server.served_model()
+        r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
+        assert r.status_code == 200, r.text
+        got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
+        assert abs(got - ref["scores"]).max() <= TOL
+        r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
+        assert r.status_code == 200, r.text
+        results = r.json()["results"]
+        assert [x["index"] for x in results] == list(np.argsort(-ref["scores"], kind="stable"))
+        assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in results) <= TOL
+        r = post(server, "/pooling", {"model": model, "input": [QUERY] + ref["docs"][:2], "task": "token_embed"})
+        assert r.status_code == 200, r.text
+        for d, want in zip(r.json()["data"], ref["tokens"], strict=True):
+            got = np.asarray(d["data"], dtype=np.float32)
+            assert got.shape == want.shape and want.shape[1] == 32
+            assert abs(got - want).max() <= TOL
+        assert server.late_interaction_state() == EMPTY_STATE
+
+    def test_bad_input(self, colbert_server):
+        server, ref = colbert_server
+        model = server.served_model()
+        cases = fault_cases(model, {"/pooling", "/score", "/rerank"}, 512,
+                            {"embed": "Unsupported task: 'embed'"})
+        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
+                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
+        check_faults(server, cases, good)
+        assert server.late_interaction_state() == EMPTY_STATE
+
+    def test_disconnects_in_the_middle_of_rerank_leave_nothing(self, colbert_server, sentences):
+        """100 clients send a 64-document /rerank and hang up at a random
+        point (0 to 1.5 s after sending); afterwards the worker holds no
+        cached query and no pending document, and the server still answers
+        correctly."""
+        server, ref = colbert_server
+        body = json.dumps({"model": server.served_model(), "query": QUERY,
+                           "documents": sentences[100:164]}).encode()
+        request = (f"POST /rerank HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+        rng = random.Random(0)
+        delays = [rng.uniform(0, 1.5) for _ in range(100)]
+
+        def hang_up(delay):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+                s.sendall(request)
+                time.sleep(delay)
+            # closing here: the server sees the client go away wherever it is
+
+        with ThreadPoolExecutor(20) as pool:
+            list(pool.map(hang_up, delays))
+        deadline = time.monotonic() + 120
+        while (state := server.late_interaction_state()) != EMPTY_STATE and time.monotonic() < deadline:
+            time.sleep(1)
+        assert state == EMPTY_STATE
+        r = post(server, "/rerank", {"model": server.served_model(), "query": QUERY, "documents": ref["docs"]})
+        assert r.status_code == 200
+        assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in r.json()["results"]) <= TOL
+        assert server.late_interaction_state() == EMPTY_STATE
