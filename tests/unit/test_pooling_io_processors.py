@@ -1,0 +1,44 @@
+"""The front-end processors of pooling tasks (patch 0017): a model whose
+pooling task is ``embed&token_classify`` (BGE-M3: its dense embedding and
+its per-token sparse weights in one request, the task ``get_pooling_task``
+picks first for it) gets a processor for that task, as every other pooling
+task has one. Before the patch ``init_pooling_io_processors`` built none, so
+``LLM.encode(..., pooling_task="embed&token_classify")`` failed on an
+``AssertionError`` and the server's ``/pooling`` on a ``KeyError``, on
+either runner."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.matrix_rows import case
+
+# what BgeM3EmbeddingModel's DispatchPooler declares (vllm/model_executor/models/roberta.py)
+BGE_M3_TASKS = ("token_embed", "token_classify", "embed", "embed&token_classify")
+
+
+@pytest.fixture(scope="module")
+def bge_m3(tmp_path_factory):
+    """The matrix's tiny BGE-M3 (XLM-R backbone, sparse_linear.pt, colbert_linear.pt)."""
+    return str(case("bge-m3").make(tmp_path_factory.mktemp("bge-m3") / "model"))
+
+
+def processors_for(config, tasks):
+    from vllm.entrypoints.chat_utils import ChatTemplateConfig
+    from vllm.entrypoints.pooling.factories import init_pooling_io_processors
+
+    return init_pooling_io_processors(tasks, config, renderer=None, chat_template_config=ChatTemplateConfig())
+
+
+def test_bge_m3_default_task_is_embed_and_token_classify_and_has_a_processor(real_config, bge_m3):
+    config = real_config(bge_m3, "pooling")
+    assert config.model_config.architecture == "BgeM3EmbeddingModel"
+    assert config.model_config.get_pooling_task(BGE_M3_TASKS) == "embed&token_classify"
+    processors = processors_for(config, BGE_M3_TASKS)
+    assert list(processors) == ["embed&token_classify"]
+    assert processors["embed&token_classify"].name == "embed&token_classify"
+
+
+def test_bge_m3_configured_for_its_sparse_part_gets_that_tasks_processor_only(real_config, bge_m3):
+    config = real_config(bge_m3, "pooling", pooler_config={"task": "token_classify"})
+    assert list(processors_for(config, BGE_M3_TASKS)) == ["token_classify"]
