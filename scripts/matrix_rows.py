@@ -68,7 +68,9 @@ JINA = {"config_cls": "JinaEmbeddingsV3Config"}  # XLMRobertaFlashConfig: transf
 REMOTE = {"trust_remote_code": True}  # the config class in the checkpoint directory (local file)
 LFM2_COLBERT = partial(make_custom, config_cls="Lfm2Config", backbone_cls="Lfm2Model", decoder=True,
                       architectures=["ColBERTLfm2Model"], heads={"linear.weight": (32, 128)},
-                      config_attrs={"dim": 32}, layer_types=["conv", "full_attention"],
+                      # published LFM2 configs carry conv_dim / block_dim (transformers 5's Lfm2Config does not)
+                      config_attrs={"dim": 32, "conv_dim": 128, "conv_dim_out": 128, "block_dim": 128},
+                      layer_types=["conv", "full_attention"],
                       block_auto_adjust_ff_dim=False, block_ff_dim=256)
 SIGLIP_TEXT = T("embed", ref.siglip, run_siglip_text, inputs="short texts")
 

@@ -249,7 +249,10 @@ SIGLIP_TEXT = {"padding": "max_length", "max_length": 64}  # how SigLIP was trai
 
 def siglip(model_dir, inputs):
     """SigLIP (transformers ``SiglipModel``): text prompts padded to 64 tokens
-    (``SIGLIP_TEXT``) through ``get_text_features``, images through
+    (``SIGLIP_TEXT``) through ``get_text_features`` on their input ids alone
+    (SigLIP's text tower was trained without an attention mask, its pads
+    attended; transformers 4's ``SiglipTokenizer`` returned no mask,
+    transformers 5's does, and vLLM, as SigLIP, has none), images through
     ``get_image_features`` with the checkpoint's ``SiglipProcessor``;
     L2-normalised (vLLM's embed default)."""
     import transformers
@@ -261,7 +264,8 @@ def siglip(model_dir, inputs):
     with torch.inference_mode():
         for x in inputs:
             if isinstance(x, str):
-                f = model.get_text_features(**processor(text=[x], return_tensors="pt", **SIGLIP_TEXT))
+                ids = processor(text=[x], return_tensors="pt", **SIGLIP_TEXT)["input_ids"]
+                f = model.get_text_features(input_ids=ids)
             else:
                 f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
             f = getattr(f, "pooler_output", f)

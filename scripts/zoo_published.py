@@ -141,8 +141,9 @@ def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
         torch.manual_seed(seed + 1)
         weights["linear.weight"] = torch.randn(dim, 128) / 128 ** 0.5
         save_file(weights, str(tmp / "model.safetensors"))
+        # XLMRobertaFlashConfig's LoRA defaults (jina-colbert-v2 has no adapters; vLLM's loader reads them)
         _edit_config(tmp, architectures=["ColBERTJinaRobertaModel"], position_embedding_type="rotary",
-                     rotary_emb_base=20000.0, dim=dim)
+                     rotary_emb_base=20000.0, dim=dim, lora_adaptations=None, lora_rank=4, lora_alpha=1)
         _local_config_class(tmp, "XLMRobertaFlashConfig", "jina_embeddings_v3", "JinaEmbeddingsV3Config",
                             "xlm-roberta", "jinaai/xlm-roberta-flash-implementation's config class name.")
 

@@ -42,3 +42,30 @@ def test_bge_m3_default_task_is_embed_and_token_classify_and_has_a_processor(rea
 def test_bge_m3_configured_for_its_sparse_part_gets_that_tasks_processor_only(real_config, bge_m3):
     config = real_config(bge_m3, "pooling", pooler_config={"task": "token_classify"})
     assert list(processors_for(config, BGE_M3_TASKS)) == ["token_classify"]
+
+
+def test_embed_and_token_classify_requests_get_both_parts_defaults(real_config, bge_m3):
+    """As an ``embed`` request is normalised and a ``token_classify`` one
+    goes through the classifier's activation by default, so are both parts
+    of an ``embed&token_classify`` request (FlagEmbedding's BGE-M3: dense
+    normalised, sparse through ReLU); its per-token part never reads the
+    prefix cache, as the other token tasks. Before the patch the task
+    skipped ``PoolingParams.verify``: neither part was activated."""
+    from vllm import PoolingParams
+
+    model_config = real_config(bge_m3, "pooling").model_config
+    params = PoolingParams(task="embed&token_classify")
+    params.verify(model_config)
+    assert (params.use_activation, params.skip_reading_prefix_cache) == (True, True)
+    raw = PoolingParams(task="embed&token_classify", use_activation=False)
+    raw.verify(model_config)
+    assert raw.use_activation is False
+
+
+def test_embed_and_token_classify_refuses_dimensions(real_config, bge_m3):
+    from vllm import PoolingParams
+    from vllm.exceptions import VLLMValidationError
+
+    params = PoolingParams(task="embed&token_classify", dimensions=8)
+    with pytest.raises(VLLMValidationError, match="dimensions"):
+        params.verify(real_config(bge_m3, "pooling").model_config)
