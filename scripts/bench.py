@@ -30,7 +30,11 @@ rotating each round, one warm-up call each first; medians reported):
    sentence-transformers. For embed also the model's FLOPs over the
    sentences' real token counts (``minilm_flops``), the machine's fp32
    matmul rate measured in an engine's worker, achieved TFLOP/s and the
-   fraction of the matmul rate for each engine.
+   fraction of the matmul rate for each engine. Both: peak resident memory
+   (``VmHWM``) of each engine's worker and engine core (``peak_memory``;
+   the front end is the bench process, shared, left out) and of
+   sentence-transformers encoding the same sentences once in a process of
+   its own (``st_peak_memory``).
 2. ``colbert`` (the configurations of ``token_embed``): ``LLM.score`` with a
    tiny random ``HF_ColBERT`` model, one query and 1, 8, 64, 256, 1024
    documents: documents per second, the query
@@ -46,7 +50,7 @@ Outputs: ``reports/bench.json`` (with the machine's description),
 last (``scripts.bench_report``).
 
     python -m scripts.bench [--reps 3] [--colbert-reps 5] [--limit N] [--quick] [--sections embed,token_embed,colbert,overhead]
-                            [--all-engines] [--out reports]
+                            [--all-engines] [--engines v1,mrv2-interpreter,mrv2] [--out reports]
 """
 
 from __future__ import annotations
@@ -146,6 +150,61 @@ def worker_probe(worker) -> dict:
             "has_triton": bool(importing.HAS_TRITON),
             "triton_via_interpreter": bool(getattr(importing, "TRITON_VIA_INTERPRETER", False)),
             "native_input_prep": native, "torch_threads": torch.get_num_threads()}
+
+
+def _vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """Peak resident set size (``VmHWM`` of ``/proc/PID/status``) in MiB,
+    None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        return kib / 1024
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def peak_memory(worker=None) -> dict:
+    """Runs in an engine's worker: peak resident memory (MiB, ``VmHWM``
+    since the process started) of the worker and of its parent, the engine
+    core (``engine_core_title`` names that process), and their sum. The
+    engine's front end lives in the bench process, shared by every engine
+    and by sentence-transformers, and is left out."""
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/cmdline", "rb") as f:
+            title = f.read().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        title = None
+    worker_mib, core_mib = _vm_hwm_mib(), _vm_hwm_mib(ppid)
+    total = worker_mib + core_mib if worker_mib is not None and core_mib is not None else None
+    return {"worker_mib": worker_mib, "engine_core_mib": core_mib, "engine_core_title": title,
+            "engine_mib": total}
+
+
+def st_peak_memory(model_dir: str, sentences: list[str], threads: int | None, task: str) -> dict:
+    """Runs in a fresh process (``_st_memory``): sentence-transformers loads
+    the model and encodes ``sentences`` once as the timed calls do (``task``
+    ``embed`` or ``token_embed``, batch 64, ``threads`` torch threads);
+    returns that process's peak resident memory in MiB."""
+    st_model = _st_model(model_dir, threads)
+    if task == "embed":
+        st_model.encode(sentences, batch_size=64, convert_to_numpy=True)
+    else:
+        st_model.encode(sentences, batch_size=64, output_value="token_embeddings")
+    return {"process_mib": _vm_hwm_mib()}
+
+
+def _st_memory(model_dir, sentences: list[str], threads: int | None, task: str) -> dict:
+    """``st_peak_memory`` in a spawned process of its own (the bench process
+    also holds the engines' front ends); ``{"error": ...}`` if it fails."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(st_peak_memory, str(model_dir), sentences, threads, task).result()
+    except Exception as e:  # noqa: BLE001 - reported, the figures still come
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def matmul_rate(worker=None, size: int = 2048, reps: int = 5) -> dict:
@@ -359,6 +418,8 @@ def bench_sentences(task: str, sentences: list[str], reps: int, bar, engines=tup
         times = interleaved(calls, reps, warmups, bar)
         result["runs"] = rates(times, len(sentences), sum(counts))
         result["ratios"] = ratios({n: r["per_s"] for n, r in result["runs"].items()})
+        result["memory"] = {name: llm.collective_rpc(peak_memory)[0] for name, llm in llms.items()}
+        result["memory"][ST] = _st_memory(model, sentences, threads, task)
         if task == "embed" and llms:
             (after,) = probe_llm.collective_rpc(matmul_rate)[:1]
             with open(model / "config.json") as f:
@@ -489,6 +550,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {SECTIONS}")
     parser.add_argument("--all-engines", action="store_true",
                         help="every engine configuration in token_embed and colbert too (longer)")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated engine configurations to measure, of {tuple(ENGINES)} "
+                             "(default all; e.g. v1,mrv2 leaves out the slow interpreter)")
     parser.add_argument("--out", default=str(REPORTS), help="reports directory (default reports/)")
     parser.add_argument("--overhead-budget", type=float, default=0.6,
                         help="seconds of timing per overhead row (default 0.6)")
@@ -496,6 +560,9 @@ def main(argv=None) -> int:
     sections = [s for s in args.sections.split(",") if s]
     if unknown := set(sections) - set(SECTIONS):
         parser.error(f"unknown sections {sorted(unknown)}")
+    engines = [e for e in args.engines.split(",") if e]
+    if unknown := set(engines) - set(ENGINES):
+        parser.error(f"unknown engines {sorted(unknown)}")
     if args.quick:
         args.limit, args.reps, args.colbert_reps, args.overhead_budget = args.limit or 256, 1, 1, 0.1
 
@@ -516,12 +583,12 @@ def main(argv=None) -> int:
     sizes = OVERHEAD_SIZES if not args.quick else (1, 4, 16)
     results: dict = {"machine": machine(), "config": {
         "reps": args.reps, "colbert_reps": args.colbert_reps, "sentences": len(sentences), "doc_counts": doc_counts, "sections": sections,
-        "engines": ENGINES, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION, "quick": args.quick}}
+        "engines": {e: ENGINES[e] for e in engines}, "gpu_memory_utilization": GPU_MEMORY_UTILIZATION, "quick": args.quick}}
     # embed: every configuration (issue 9); token_embed and colbert: V1 and one
     # MRV2, the native one where it runs MRV2, else the interpreter's
     # (--all-engines: every configuration everywhere).
-    later = list(ENGINES) if args.all_engines else ["v1", "mrv2"]
-    n_calls = {"embed": len(ENGINES) + 1, "token_embed": len(later) + 1,
+    later = [e for e in (list(ENGINES) if args.all_engines else ["v1", "mrv2"]) if e in engines]
+    n_calls = {"embed": len(engines) + 1, "token_embed": len(later) + 1,
                "colbert": len(later) * len(doc_counts)}
     reps = {"embed": args.reps, "token_embed": args.reps, "colbert": args.colbert_reps}
     total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
@@ -531,10 +598,12 @@ def main(argv=None) -> int:
     with tqdm(total=total, desc="bench", unit="call", dynamic_ncols=True) as bar:
         if "embed" in sections:
             bar.set_description("embed")
-            results["embed"] = _section("embed", bench_sentences, "embed", sentences, args.reps, bar)
+            results["embed"] = _section("embed", bench_sentences, "embed", sentences, args.reps, bar,
+                                        tuple(engines))
             native = (results["embed"].get("engines") or {}).get("mrv2", {})
             if not args.all_engines and native and not native.get("runner_as_requested", False):
-                later = ["v1", "mrv2-interpreter"]  # native MRV2 did not run MRV2 here
+                # native MRV2 did not run MRV2 here
+                later = [e for e in ("v1", "mrv2-interpreter") if e in engines]
                 bar.total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
         results["config"]["engines_after_embed"] = later
         if "token_embed" in sections:

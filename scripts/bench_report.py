@@ -98,7 +98,13 @@ def summary(results: dict) -> str:
     st_threads = next((s["st_threads"] for k in ("embed", "token_embed") if (s := _ok(results, k))
                        and "st_threads" in s), None)
     if st_threads:
-        lines.append(f"- {ST}: in the bench process, batch 64, {st_threads} thread(s) (the workers' count)")
+        lines.append(f"- {ST}: in the bench process, fp32, `encode(batch_size=64)` (sentences sorted by length, "
+                     f"padded per batch; tokenisation inside the timed call), {st_threads} thread(s) (the workers' "
+                     f"count); the engines tokenise in their front end (the bench process) and run the model in "
+                     f"the worker")
+    if any("memory" in (_ok(results, k) or {}) for k in ("embed", "token_embed")):
+        lines.append("- peak RSS: an engine's worker + engine core (VmHWM; its front end is the shared bench "
+                     f"process, left out); {ST}: a process of its own encoding the sentences once")
     if "run_seconds" in results:
         lines.append(f"run time: {results['run_seconds'] / 60:.1f} min")
     cols = [n for n in ENGINE_ORDER if n in engines] + [ST]
@@ -116,6 +122,9 @@ def summary(results: dict) -> str:
                      *[_fmt(rat.get(r), 2) for r in ratio_cols]])
         rows.append([task, "tokens/s", *[_fmt(runs.get(c, {}).get("tokens_per_s"), 0) for c in cols],
                      *[""] * len(ratio_cols)])
+        if sec.get("memory"):
+            rows.append([task, "peak RSS MiB", *[_fmt(_peak_mib(sec["memory"].get(c)), 0) for c in cols],
+                         *[""] * len(ratio_cols)])
         if task == "embed" and sec.get("flops"):
             ach = sec["flops"]["achieved"]
             rows.append(["embed", "TFLOP/s (of matmul)",
@@ -155,6 +164,14 @@ def summary(results: dict) -> str:
         out += ["", f"pooling host time per step, MRV2/V1 (MRV2 us / V1 us, median, "
                     f"{ov.get('torch_threads')} thread(s)):", _table(["requests/step", *variants], orows)]
     return "\n".join(out)
+
+
+def _peak_mib(mem: dict | None) -> float | None:
+    """Peak resident MiB of one column of a section's ``memory``: an engine's
+    worker + engine core, or sentence-transformers' process."""
+    if not mem:
+        return None
+    return mem.get("engine_mib", mem.get("process_mib"))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

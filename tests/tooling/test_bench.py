@@ -85,7 +85,11 @@ def small_results() -> dict:
              "ratios": {"mrv2/v1": 168 / 170, "mrv2/sentence-transformers": 168 / 300},
              "flops": {"model_tflop": 0.83, "matmul_tflops": 0.1,
                        "matmul_runs": [{"tflops": 0.1, "size": 2048, "threads": 1}],
-                       "achieved": {n: {"tflops": 0.05, "fraction_of_matmul": 0.5} for n in runs}}}
+                       "achieved": {n: {"tflops": 0.05, "fraction_of_matmul": 0.5} for n in runs}},
+             "memory": {"v1": {"worker_mib": 900.0, "engine_core_mib": 400.0, "engine_mib": 1300.0},
+                        "mrv2-interpreter": {"worker_mib": 950.0, "engine_core_mib": 400.0, "engine_mib": 1350.0},
+                        "mrv2": {"worker_mib": 910.0, "engine_core_mib": 400.0, "engine_mib": 1310.0},
+                        "sentence-transformers": {"process_mib": 700.0}}}
     docs = [1, 8, 64]
     per_engine = {name: {"runs": {str(n): {"median_s": 0.01 + 0.001 * n, "docs_per_s": n / (0.01 + 0.001 * n)}
                                   for n in docs},
@@ -118,3 +122,5 @@ def test_report_writes_json_table_and_plots(tmp_path):
     assert "| score, 1 query + 64 docs | docs/s |" in text
     assert "| 1 | 1.10 (101/92) | 1.10 (101/92) |" in text
     assert "0.050 (50%)" in text and "run time: 10.0 min" in text
+    # peak resident memory: worker + engine core for engines, its own process for sentence-transformers
+    assert "| embed | peak RSS MiB | 1,300 | 1,350 | 1,310 | 700 |" in text
