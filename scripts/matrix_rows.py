@@ -154,7 +154,8 @@ CASES: list[Case] = [
     Case("qwen2-rm", "reward", "Qwen2ForRewardModel", partial(
          make_custom, config_cls="Qwen2Config", backbone_cls="Qwen2Model", decoder=True,
          architectures=["Qwen2ForRewardModel"], prefix="model.", heads=RM_HEAD),
-         (T("token_classify", ref.reward),), MINILM + ", reward per token", default="V1",
+         (T("token_classify", partial(ref.reward, use_activation=False)),),
+         MINILM + ", reward per token, raw scores (use_activation off by default)", default="V1",
          smoke=True, known_fault=REWARD_FAULT),
     Case("qwen2-prm", "reward", "Qwen2ForProcessRewardModel", partial(
          make_custom, config_cls="Qwen2Config", backbone_cls="Qwen2Model", decoder=True,

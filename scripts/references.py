@@ -144,12 +144,14 @@ def late_interaction_score(model_dir, pairs, **kw):
     return [np.array([maxsim(*colbert_tokens(model_dir, [q, d], **kw))]) for q, d in pairs]
 
 
-def reward(model_dir, prompts, step_tag_id=None, returned_token_ids=None):
+def reward(model_dir, prompts, step_tag_id=None, returned_token_ids=None, use_activation=True):
     """Qwen2.5-Math-RM / PRM recipe (their published ``modeling_qwen2_rm.py``):
     ``Qwen2Model`` hidden states through ``score`` = Linear(h, h), ReLU,
-    Linear(h, labels), then the activation; the process reward model keeps
-    the positions whose token is ``step_tag_id`` and the label columns
-    ``returned_token_ids``."""
+    Linear(h, labels), then the activation unless ``use_activation`` is false
+    (the reward model's raw scores: vLLM's ``Qwen2ForRewardModelConfig``,
+    ``vllm/model_executor/models/config.py``, defaults ``use_activation`` to
+    False); the process reward model keeps the positions whose token is
+    ``step_tag_id`` and the label columns ``returned_token_ids``."""
     w = {k: v.numpy() for k, v in _safetensors(model_dir).items() if k.startswith("score.")}
     tok, _ = _load(str(model_dir), "AutoModel")
     out = []
@@ -160,7 +162,7 @@ def reward(model_dir, prompts, step_tag_id=None, returned_token_ids=None):
             logits = logits[:, returned_token_ids]
         if step_tag_id is not None:
             logits = logits[_ids(tok, p)[0].numpy() == step_tag_id]
-        out.append(activation(logits))
+        out.append(activation(logits) if use_activation else logits)
     return out
 
 

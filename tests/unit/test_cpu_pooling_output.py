@@ -62,8 +62,14 @@ def test_cpu_runner_installs_its_hand_off_and_native_input_preparation(monkeypat
     and the native input preparation (the GPU runner's own construction is
     left out: it needs a whole engine)."""
     from vllm.v1.worker.cpu import input_preparation
-    from vllm.v1.worker.gpu.input_batch import prepare_prefill_inputs as triton_prefill
+    from vllm.v1.worker.gpu import input_batch
 
+    # An in-process MRV2 engine of an earlier test installs the native
+    # functions for good; start from the Triton wrappers and leave them so.
+    was_installed = input_preparation.installed()
+    input_preparation.uninstall()
+    triton_prefill = input_batch.prepare_prefill_inputs
+    assert gpu_model_runner.prepare_prefill_inputs is triton_prefill
     monkeypatch.setattr(gpu_model_runner, "AsyncPoolingOutput", AsyncPoolingOutput)
     monkeypatch.setattr(cpu_model_runner, "HAS_TRITON", False)
     monkeypatch.setattr(gpu_model_runner.GPUModelRunner, "__init__", lambda self, config, device: None)
@@ -76,3 +82,5 @@ def test_cpu_runner_installs_its_hand_off_and_native_input_preparation(monkeypat
     finally:
         input_preparation.uninstall()
     assert gpu_model_runner.prepare_prefill_inputs is triton_prefill
+    if was_installed:
+        input_preparation.install()
