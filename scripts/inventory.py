@@ -33,12 +33,6 @@ PROCESSOR = ("multimodal: needs the model's own tokenizer and processor files ({
              "package ships; not built locally in this revision")
 
 NOT_INSTANTIABLE: dict[str, str] = {
-    "bert_with_rope:GteNewModel": REMOTE.format("Alibaba-NLP/new-impl"),
-    "bert_with_rope:GteNewForSequenceClassification": REMOTE.format("Alibaba-NLP/new-impl"),
-    "bert_with_rope:NomicBertModel": REMOTE.format("nomic-ai/nomic-bert-2048"),
-    "bert_with_rope:SnowflakeGteNewModel": REMOTE.format("Snowflake/snowflake-arctic-embed-m-v2.0's GTE"),
-    "colbert:ColBERTJinaRobertaModel": REMOTE.format(
-        "jinaai/xlm-roberta-flash-implementation: rotary XLM-R; transformers' XLM-R has absolute positions only"),
     "jina:JinaForRanking": REMOTE.format("jinaai/jina-reranker-v3; its pooler hard-codes Qwen token ids 151670/1"),
     "jina:JinaEmbeddingsV5Model": REMOTE.format("jinaai/jina-embeddings-v5 (task LoRA adapters)"),
     "voyage:VoyageQwen3BidirectionalEmbedModel": REMOTE.format("voyageai's bidirectional Qwen3"),
@@ -50,7 +44,6 @@ NOT_INSTANTIABLE: dict[str, str] = {
     "terratorch:Terratorch": "needs the terratorch package (not installed) and its geospatial checkpoints",
     "qwen3_asr_forced_aligner:Qwen3ASRForcedAlignerForTokenClassification": PROCESSOR.format(
         "Qwen3-ASR audio processor and Qwen tokenizer"),
-    "siglip:SiglipEmbeddingModel": PROCESSOR.format("SigLIP SentencePiece tokenizer"),
     "colpali:ColPaliModel": PROCESSOR.format("PaliGemma tokenizer with <image> and location tokens"),
     "colmodernvbert:ColModernVBertForRetrieval": PROCESSOR.format("Idefics3-style processor"),
     "colqwen3_5:ColQwen3_5Model": PROCESSOR.format("Qwen3.5-VL processor"),

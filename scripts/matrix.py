@@ -74,6 +74,14 @@ class Row:
     seconds: float
     reason: str | None = None
     known_fault: str | None = None
+    cpu_seconds: float | None = None  # CPU time (this process and its reaped children), per row
+
+
+def cpu_time() -> float:
+    """CPU seconds used so far by this process and its waited-for children
+    (user + system): the cost measure that does not depend on the machine's load."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def in_process(enable: bool = True) -> None:
@@ -134,14 +142,17 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
     multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
     rows: list[Row] = []
     model = refs = None
+    setup_wall, setup_cpu = time.perf_counter(), cpu_time()
     try:
         model = case.make(MODELS / (case.checkpoint or case.id))
         refs = {t.name: t.reference(model, inputs(t.inputs)) for t in case.tasks}
     except Exception as e:
         traceback.print_exc()
         setup_error = f"checkpoint or reference: {type(e).__name__}: {e}"
+    setup_wall, setup_cpu = time.perf_counter() - setup_wall, cpu_time() - setup_cpu
+    print(f"  setup (checkpoint, references): {setup_wall:.1f} s wall, {setup_cpu:.1f} s CPU", flush=True)
     for runner in runners or case.runners:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), cpu_time()
         ran = prep = None
         results: dict[str, tuple[float | None, str | None]] = {}
         llm = None
@@ -180,12 +191,14 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
             if llm is not None:
                 close(llm)
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
-        seconds = (time.perf_counter() - start) / max(1, len(case.tasks))
+        wall, cpu = time.perf_counter() - start, cpu_time() - start_cpu
+        print(f"  {runner}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+        seconds, cpu = wall / max(1, len(case.tasks)), cpu / max(1, len(case.tasks))
         for t in case.tasks:
             value, reason = results[t.name]
             rows.append(Row(f"{case.id}/{t.name}/{runner}", case.family, case.architecture, t.name, runner,
                             ran, prep, case.prep, t.reference_label, "max abs error", value, t.tolerance,
-                            reason is None, seconds, reason, case.known_fault))
+                            reason is None, seconds, reason, case.known_fault, cpu))
     return rows
 
 
@@ -285,7 +298,7 @@ def run_row(row_id: str) -> Row:
     """One real-weight or MTEB row (``minilm-embed/MRV2``, ``mteb-sts/V1``...)."""
     check_id, runner = row_id.split("/")
     task, metric, tol, reference, measure = REAL[check_id]
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), cpu_time()
     value, reason = None, None
     try:
         value = float(measure(runner))
@@ -296,7 +309,7 @@ def run_row(row_id: str) -> Row:
         traceback.print_exc()
     return Row(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, None,
                None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
-               reason is None, time.perf_counter() - start, reason)
+               reason is None, time.perf_counter() - start, reason, None, cpu_time() - start_cpu)
 
 
 def main(argv=None) -> int:
@@ -323,19 +336,22 @@ def main(argv=None) -> int:
     quiet_vllm("matrix")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     in_process(not args.processes)
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), cpu_time()
     print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
     rows: list[Row] = []
     for i, c in enumerate(cases, 1):
-        print(f"[{i}/{len(cases)}] {c.id} ({c.architecture})", flush=True)
+        print(f"[{i}/{len(cases)}] {c.id} ({c.architecture}); load average {os.getloadavg()[0]:.1f}", flush=True)
         rows += run_case(c)
         print("  -> " + ", ".join(f"{r.task}/{r.runner}: {'pass' if r.passed else 'FAIL'}"
                                   for r in rows if r.id.startswith(c.id + "/")), flush=True)
     for row_id in real:
-        print(f"[real] {row_id}", flush=True)
+        print(f"[real] {row_id}; load average {os.getloadavg()[0]:.1f}", flush=True)
         rows.append(run_row(row_id))
+        print(f"  {rows[-1].seconds:.1f} s wall, {rows[-1].cpu_seconds:.1f} s CPU", flush=True)
     selections = matrix_report.selector_rows() if everything or args.update else []
     wall = time.perf_counter() - start
+    print(f"matrix: {wall:.0f} s wall, {cpu_time() - start_cpu:.0f} s CPU, load average now "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     matrix_report.write(rows, selections, wall, update=args.update)
     failed = [r for r in rows + selections if not r.passed]
     print(f"{len(rows) + len(selections) - len(failed)} passed, {len(failed)} failed")

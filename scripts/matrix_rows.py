@@ -12,139 +12,19 @@ implementing class. ``default`` is the runner vLLM must pick when
 or ``V1`` for models MRV2 cannot serve (then only that run is made).
 """
 
+
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable
-
-import numpy as np
 
 from scripts import references as ref
-from scripts.models import make_tiny_colbert, sts_test
+from scripts.matrix_tasks import (BPE, CLASSIFY, EMBED_CLS, EMBED_LAST, EMBED_MEAN, FAMILIES, MEAN, MINILM,  # noqa: F401
+                                  SCORE, TOKEN_CLASSIFY, TOKEN_EMBED, TOKEN_TYPES, Case, T, Task, inputs,
+                                  run_encode, run_mm_embed, run_siglip_text)
+from scripts.models import make_tiny_colbert
 from scripts.zoo import make_clip, make_custom, make_hf
+from scripts.zoo_published import make_gte, make_jina_colbert, make_nomic, make_siglip
 
-FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
-            "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
-            "transformers backend", "multimodal")
-
-
-@dataclass(frozen=True)
-class Task:
-    """One pooling task checked on a case: ``run`` asks the engine, ``reference``
-    computes the same from transformers; both return one array per input."""
-
-    name: str  # embed, classify, score, token_embed, token_classify, embed&token_classify
-    run: Callable  # (llm, inputs) -> list[np.ndarray]
-    reference: Callable  # (model_dir, inputs) -> list[np.ndarray]
-    inputs: str = "texts"  # "texts" (PROMPTS) or "pairs" (PAIRS: one query, four documents)
-    tolerance: float = 1e-4
-
-    @property
-    def reference_label(self) -> str:
-        """``references.<function>(<options>)``, for the reports."""
-        f, args = self.reference, ""
-        if isinstance(f, partial):
-            args = ", ".join(f"{k}={v}" for k, v in f.keywords.items())
-            f = f.func
-        return f"references.{f.__name__}" + (f"({args})" if args else "")
-
-
-@dataclass(frozen=True)
-class Case:
-    """A checkpoint opened with ``engine`` options, checked on ``tasks``."""
-
-    id: str
-    family: str
-    architecture: str  # the registry name vLLM resolves (config.json or hf_overrides)
-    make: Callable  # (dest) -> checkpoint directory
-    tasks: tuple[Task, ...]
-    prep: str  # how the inputs are prepared (tokenizer, engine options)
-    engine: dict = field(default_factory=dict)
-    default: str = "MRV2"
-    checkpoint: str | None = None  # directory name shared by cases on one checkpoint (default: id)
-    smoke: bool = False
-    known_fault: str | None = None  # a fault the lead fixes in the series (issue 13, "Found already")
-
-    @property
-    def runners(self) -> tuple[str, ...]:
-        return ("MRV2", "V1") if self.default == "MRV2" else ("V1",)
-
-
-def _sentences() -> list[str]:
-    s = sts_test()
-    # varied lengths, one long multi-sentence prompt (beyond the sliding windows below)
-    return s.first[:5] + [" ".join(s.second[10:14])]
-
-
-PROMPTS = _sentences()
-PAIRS = [(sts_test().first[20], d) for d in sts_test().second[20:24]]
-
-
-def inputs(kind: str) -> list:
-    """The inputs of a task kind: ``texts`` (PROMPTS), ``pairs`` (PAIRS),
-    ``short texts`` (three, within CLIP's 77 positions) or ``images`` (three
-    random 32x32 RGB images)."""
-    if kind == "images":
-        return ref.images(3)
-    if kind == "short texts":
-        return [s.lower() for s in PROMPTS[:3]]
-    return {"texts": PROMPTS, "pairs": PAIRS}[kind]
-
-
-def _arrays(xs) -> list[np.ndarray]:
-    return [np.atleast_1d(np.asarray(x, dtype=np.float32)) for x in xs]
-
-
-def run_embed(llm, prompts):
-    return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False))
-
-
-def run_mm_embed(llm, items):
-    """``LLM.embed`` of texts and images (an image alone: empty prompt plus ``multi_modal_data``)."""
-    prompts = [x if isinstance(x, str) else {"prompt": "", "multi_modal_data": {"image": x}} for x in items]
-    return run_embed(llm, prompts)
-
-
-def run_classify(llm, prompts):
-    return _arrays(o.outputs.probs for o in llm.classify(prompts, use_tqdm=False))
-
-
-def run_encode(task: str, **params):
-    """``LLM.encode`` with ``pooling_task=task`` and ``PoolingParams(**params)``."""
-    def run(llm, prompts):
-        from vllm import PoolingParams
-
-        pp = PoolingParams(**params) if params else None
-        return _arrays(o.outputs.data.float().numpy()
-                       for o in llm.encode(prompts, pooling_params=pp, pooling_task=task, use_tqdm=False))
-    run.__name__ = f"run_encode_{task}"
-    return run
-
-
-def run_score(llm, pairs):
-    (query,) = {q for q, _ in pairs}
-    return _arrays(o.outputs.score for o in llm.score(query, [d for _, d in pairs], use_tqdm=False))
-
-
-def T(name, reference, run=None, inputs="texts", **kw) -> Task:
-    """A Task with the engine call that ``name`` implies."""
-    runs = {"embed": run_embed, "classify": run_classify, "score": run_score}
-    return Task(name, run or runs.get(name) or run_encode(name), reference,
-                "pairs" if name == "score" else inputs, **kw)
-
-
-EMBED_CLS = T("embed", partial(ref.embed, pooling="CLS"))
-EMBED_MEAN = T("embed", partial(ref.embed, pooling="MEAN"))
-EMBED_LAST = T("embed", partial(ref.embed, pooling="LAST"))
-TOKEN_EMBED = T("token_embed", ref.token_embed)
-CLASSIFY = T("classify", ref.classify)
-SCORE = T("score", ref.cross_encoder_score)
-TOKEN_CLASSIFY = T("token_classify", ref.token_classify)
-MEAN = {"pooler_config": {"seq_pooling_type": "MEAN"}}
-MINILM = "text, MiniLM WordPiece tokenizer"
-BPE = "text, RoBERTa byte-level BPE tokenizer trained on STS-B (<s> A </s></s> B </s>)"
-TOKEN_TYPES = "; pairs carry token type ids (type_vocab_size 2)"
 
 bert = partial(make_hf, config_cls="BertConfig", model_cls="BertModel", max_position_embeddings=512)
 roberta = dict(tokenizer="bpe", pad_token_id=1, bos_token_id=0, eos_token_id=2,
@@ -183,6 +63,20 @@ RERANKER = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_fro
 BGE_M3_FILES = {"sparse_linear.pt": {"weight": (1, 128), "bias": (1,)},
                 "colbert_linear.pt": {"weight": (128, 128), "bias": (128,)}}
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
+GTE = partial(ref.embed, config_cls="GteConfig")  # new-impl's NewConfig is transformers' GteConfig
+JINA = {"config_cls": "JinaEmbeddingsV3Config"}  # XLMRobertaFlashConfig: transformers' Jina-v3 port
+# base defect (V1 too): on a CPU with AMX, vllm/model_executor/layers/utils.py packs every conv
+# weight for ops.causal_conv1d_weight_pack, which takes width 4 only; LFM2's conv_L_cache is 3
+LFM2_AMX_FAULT = ("base: on AMX CPUs the conv weight is packed for causal_conv1d, width 4 only; "
+                  "LFM2's conv_L_cache is 3: load fails on V1 and MRV2 ('support only width of 4')")
+REMOTE = {"trust_remote_code": True}  # the config class in the checkpoint directory (local file)
+LFM2_COLBERT = partial(make_custom, config_cls="Lfm2Config", backbone_cls="Lfm2Model", decoder=True,
+                      architectures=["ColBERTLfm2Model"], heads={"linear.weight": (32, 128)},
+                      # published LFM2 configs carry conv_dim / block_dim (transformers 5's Lfm2Config does not)
+                      config_attrs={"dim": 32, "conv_dim": 128, "conv_dim_out": 128, "block_dim": 128},
+                      layer_types=["conv", "full_attention"],
+                      block_auto_adjust_ff_dim=False, block_ff_dim=256)
+SIGLIP_TEXT = T("embed", ref.siglip, run_siglip_text, inputs="short texts")
 
 CASES: list[Case] = [
     # --- encoders
@@ -201,7 +95,19 @@ CASES: list[Case] = [
          model_cls="BertForMaskedLM"),
          (T("token_classify", ref.mlm_logits, run_encode("token_classify", use_activation=False)),),
          MINILM + ", raw logits (use_activation=False: a softmax over 30,522 hides errors)"),
+    Case("nomic", "encoders", "NomicBertModel", make_nomic, (EMBED_CLS, TOKEN_EMBED),
+         MINILM + ", rotary (base 1000), SwiGLU; nomic-bert-2048 config fields"),
+    Case("gte", "encoders", "GteModel", make_gte, (EMBED_CLS, TOKEN_EMBED),
+         MINILM + ", rotary, gated GELU (Snowflake arctic-embed v2 layout, transformers' GteConfig)"),
+    Case("gte-new", "encoders", "GteNewModel", partial(make_gte, architecture="GteNewModel"),
+         (T("embed", GTE), T("token_embed", partial(ref.token_embed, config_cls="GteConfig"))),
+         MINILM + ", new-impl layout, local NewConfig (trust_remote_code)", engine=REMOTE),
     # --- cross-encoders
+    Case("gte-new-cross", "cross-encoders", "GteNewForSequenceClassification", partial(
+         make_gte, architecture="GteNewForSequenceClassification", num_labels=1, tokenizer="bpe"),
+         (T("score", partial(ref.cross_encoder_score, config_cls="GteConfig")),),
+         BPE + "; gte-multilingual-reranker layout (new.*, pooler, classifier), local NewConfig",
+         engine=REMOTE),
     Case("bert-cross", "cross-encoders", "BertForSequenceClassification", partial(
          make_hf, config_cls="BertConfig", model_cls="BertForSequenceClassification", num_labels=1),
          (SCORE, CLASSIFY), MINILM + TOKEN_TYPES, smoke=True,
@@ -281,7 +187,18 @@ CASES: list[Case] = [
          partial(make_tiny_colbert, backbone="modernbert"),
          (T("score", ref.late_interaction_score), T("token_embed", ref.colbert_tokens)),
          MINILM + ", projection to 32"),
+    Case("colbert-jina", "late interaction", "ColBERTJinaRobertaModel", make_jina_colbert,
+         (T("score", partial(ref.late_interaction_score, **JINA)), T("token_embed", partial(ref.colbert_tokens, **JINA))),
+         BPE + ", rotary XLM-R (base 20000), projection to 32, local XLMRobertaFlashConfig", engine=REMOTE),
+    Case("colbert-lfm2", "late interaction", "ColBERTLfm2Model", LFM2_COLBERT,
+         (T("score", ref.late_interaction_score), T("token_embed", ref.colbert_tokens)),
+         MINILM + ", LFM2 (conv layer 0, attention layer 1), projection to 32", default="V1",
+         known_fault=LFM2_AMX_FAULT),
     # --- multimodal
+    Case("siglip", "multimodal", "SiglipModel", make_siglip,
+         (SIGLIP_TEXT, T("embed (image)", ref.siglip, run_mm_embed, inputs="images")),
+         "text padded to 64 (SentencePiece SiglipTokenizer trained locally) and 32x32 images "
+         "(SiglipImageProcessor)", engine={"max_model_len": 64}),
     Case("clip", "multimodal", "CLIPModel", make_clip,
          (T("embed", ref.clip, inputs="short texts"), T("embed (image)", ref.clip, run_mm_embed, inputs="images")),
          "text (character-level CLIP tokenizer built locally) and 32x32 images (CLIPImageProcessor)",

@@ -16,6 +16,7 @@ for one label, softmax over labels otherwise.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +29,21 @@ def _torch():
 
 
 @functools.cache
-def _load(model_dir: str, auto_class: str):
+def _load(model_dir: str, auto_class: str, config_cls: str | None = None):
+    """Tokenizer and model of a checkpoint; ``config_cls`` (a transformers
+    config class name) reads ``config.json`` with that class instead of the
+    one its ``model_type`` / ``auto_map`` names (checkpoints whose published
+    config class is remote code that transformers has ported under another
+    name: ``scripts/zoo_published.py``)."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    model = getattr(transformers, auto_class).from_pretrained(model_dir, dtype=_torch().float32)
+    kwargs = {}
+    if config_cls:  # the class's own model_type, so that transformers' weight conversion for it applies
+        fields = json.loads((Path(model_dir) / "config.json").read_text())
+        kwargs["config"] = getattr(transformers, config_cls).from_dict(
+            {k: v for k, v in fields.items() if k not in ("model_type", "auto_map")})
+    model = getattr(transformers, auto_class).from_pretrained(model_dir, dtype=_torch().float32, **kwargs)
     return tok, model.eval()
 
 
@@ -52,12 +63,14 @@ def l2(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def forward(model_dir, prompts, auto_class="AutoModel", output="last_hidden_state", bidirectional=False):
+def forward(model_dir, prompts, auto_class="AutoModel", output="last_hidden_state", bidirectional=False,
+            config_cls=None):
     """``output`` of ``transformers.<auto_class>`` for each prompt alone, [len, d].
     ``bidirectional``: every token attends to every other one (a 4-D all-True
-    mask, as LlamaBidirectional's published modelling code builds)."""
+    mask, as LlamaBidirectional's published modelling code builds);
+    ``config_cls``: see ``_load``."""
     torch = _torch()
-    tok, model = _load(str(model_dir), auto_class)
+    tok, model = _load(str(model_dir), auto_class, config_cls)
     out = []
     with torch.inference_mode():
         for p in prompts:
@@ -72,15 +85,16 @@ def forward(model_dir, prompts, auto_class="AutoModel", output="last_hidden_stat
 POOL = {"CLS": lambda h: h[0], "MEAN": lambda h: h.mean(axis=0), "LAST": lambda h: h[-1]}
 
 
-def embed(model_dir, prompts, pooling="CLS", bidirectional=False):
+def embed(model_dir, prompts, pooling="CLS", bidirectional=False, config_cls=None):
     """Sequence embedding: ``pooling`` (CLS, MEAN or LAST) of the last hidden
     state, L2-normalised (vLLM's embed default)."""
-    return [l2(POOL[pooling](h)) for h in forward(model_dir, prompts, bidirectional=bidirectional)]
+    return [l2(POOL[pooling](h)) for h in forward(model_dir, prompts, bidirectional=bidirectional,
+                                                  config_cls=config_cls)]
 
 
-def token_embed(model_dir, prompts):
+def token_embed(model_dir, prompts, config_cls=None):
     """Per-token last hidden states, each L2-normalised."""
-    return [l2(h) for h in forward(model_dir, prompts)]
+    return [l2(h) for h in forward(model_dir, prompts, config_cls=config_cls)]
 
 
 def classify(model_dir, prompts):
@@ -93,12 +107,12 @@ def token_classify(model_dir, prompts):
     return [activation(x) for x in forward(model_dir, prompts, "AutoModelForTokenClassification", "logits")]
 
 
-def cross_encoder_score(model_dir, pairs):
+def cross_encoder_score(model_dir, pairs, config_cls=None):
     """sentence-transformers' CrossEncoder recipe: the tokenizer's pair
     encoding of (query, document) (token type ids included where the
     tokenizer makes them), ``AutoModelForSequenceClassification``, activation."""
     torch = _torch()
-    tok, model = _load(str(model_dir), "AutoModelForSequenceClassification")
+    tok, model = _load(str(model_dir), "AutoModelForSequenceClassification", config_cls)
     out = []
     with torch.inference_mode():
         for q, d in pairs:
@@ -118,11 +132,11 @@ def _safetensors(model_dir) -> dict:
     return load_file(str(Path(model_dir) / "model.safetensors"))
 
 
-def colbert_tokens(model_dir, prompts, weight="linear.weight", auto_class="AutoModel"):
+def colbert_tokens(model_dir, prompts, weight="linear.weight", auto_class="AutoModel", config_cls=None):
     """ColBERT token embeddings: the backbone's last hidden state, projected
     by the checkpoint's bias-free ``linear`` and L2-normalised per token."""
     w = _safetensors(model_dir)[weight].numpy()
-    return [l2(h @ w.T) for h in forward(model_dir, prompts, auto_class)]
+    return [l2(h @ w.T) for h in forward(model_dir, prompts, auto_class, config_cls=config_cls)]
 
 
 def late_interaction_score(model_dir, pairs, **kw):
@@ -225,6 +239,35 @@ def clip(model_dir, inputs):
         for x in inputs:
             if isinstance(x, str):
                 f = model.get_text_features(**processor(text=[x], return_tensors="pt"))
+            else:
+                f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
+            f = getattr(f, "pooler_output", f)
+            out.append(l2(f[0].numpy()))
+    return out
+
+
+SIGLIP_TEXT = {"padding": "max_length", "max_length": 64}  # how SigLIP was trained (and is served)
+
+
+def siglip(model_dir, inputs):
+    """SigLIP (transformers ``SiglipModel``): text prompts padded to 64 tokens
+    (``SIGLIP_TEXT``) through ``get_text_features`` on their input ids alone
+    (SigLIP's text tower was trained without an attention mask, its pads
+    attended; transformers 4's ``SiglipTokenizer`` returned no mask,
+    transformers 5's does, and vLLM, as SigLIP, has none), images through
+    ``get_image_features`` with the checkpoint's ``SiglipProcessor``;
+    L2-normalised (vLLM's embed default)."""
+    import transformers
+
+    torch = _torch()
+    processor = transformers.SiglipProcessor.from_pretrained(str(model_dir))
+    model = transformers.SiglipModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    out = []
+    with torch.inference_mode():
+        for x in inputs:
+            if isinstance(x, str):
+                ids = processor(text=[x], return_tensors="pt", **SIGLIP_TEXT)["input_ids"]
+                f = model.get_text_features(input_ids=ids)
             else:
                 f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
             f = getattr(f, "pooler_output", f)

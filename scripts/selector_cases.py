@@ -15,7 +15,7 @@ from functools import partial
 from typing import Callable
 
 from scripts.matrix_rows import case as matrix_case
-from scripts.zoo import make_custom, make_hf
+from scripts.zoo import make_hf
 
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
 
@@ -53,11 +53,8 @@ SELECTOR_CASES: list[SelectorCase] = [
     SelectorCase("colbert-lfm2", "late interaction",
                  "colbert:ColBERTLfm2Model",
                  "ColBERTLfm2Model",
-                 partial(make_custom, config_cls="Lfm2Config", backbone_cls="Lfm2Model", decoder=True,
-                         architectures=["ColBERTLfm2Model"], heads={"linear.weight": (32, 128)},
-                         config_attrs={"dim": 32}, layer_types=["conv", "full_attention"],
-                         block_auto_adjust_ff_dim=False, block_ff_dim=256),
-                 HYBRID + " (upstream keeps LFM2 ColBERT on V1 too)"),
+                 matrix_case("colbert-lfm2").make,
+                 HYBRID + " (upstream keeps LFM2 ColBERT on V1 too)", checkpoint="colbert-lfm2"),
     SelectorCase("transformers-moe-embed", "transformers backend",
                  "transformers:TransformersMoEEmbeddingModel",
                  "Qwen3MoeModel",

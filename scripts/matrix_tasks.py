@@ -1,0 +1,144 @@
+"""The validation matrix's building blocks: ``Task`` (a pooling task
+checked on a case: the engine call and the transformers reference) and
+``Case`` (a checkpoint, its engine options and tasks), the inputs, and the
+engine calls per task. The cases themselves are data in
+``scripts/matrix_rows.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from scripts import references as ref
+from scripts.models import sts_test
+
+FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
+            "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
+            "transformers backend", "multimodal")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One pooling task checked on a case: ``run`` asks the engine, ``reference``
+    computes the same from transformers; both return one array per input."""
+
+    name: str  # embed, classify, score, token_embed, token_classify, embed&token_classify
+    run: Callable  # (llm, inputs) -> list[np.ndarray]
+    reference: Callable  # (model_dir, inputs) -> list[np.ndarray]
+    inputs: str = "texts"  # "texts" (PROMPTS) or "pairs" (PAIRS: one query, four documents)
+    tolerance: float = 1e-4
+
+    @property
+    def reference_label(self) -> str:
+        """``references.<function>(<options>)``, for the reports."""
+        f, args = self.reference, ""
+        if isinstance(f, partial):
+            args = ", ".join(f"{k}={v}" for k, v in f.keywords.items())
+            f = f.func
+        return f"references.{f.__name__}" + (f"({args})" if args else "")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A checkpoint opened with ``engine`` options, checked on ``tasks``."""
+
+    id: str
+    family: str
+    architecture: str  # the registry name vLLM resolves (config.json or hf_overrides)
+    make: Callable  # (dest) -> checkpoint directory
+    tasks: tuple[Task, ...]
+    prep: str  # how the inputs are prepared (tokenizer, engine options)
+    engine: dict = field(default_factory=dict)
+    default: str = "MRV2"
+    checkpoint: str | None = None  # directory name shared by cases on one checkpoint (default: id)
+    smoke: bool = False
+    known_fault: str | None = None  # a fault the lead fixes in the series (issue 13, "Found already")
+
+    @property
+    def runners(self) -> tuple[str, ...]:
+        return ("MRV2", "V1") if self.default == "MRV2" else ("V1",)
+
+
+def _sentences() -> list[str]:
+    s = sts_test()
+    # varied lengths, one long multi-sentence prompt (beyond the sliding windows below)
+    return s.first[:5] + [" ".join(s.second[10:14])]
+
+
+PROMPTS = _sentences()
+PAIRS = [(sts_test().first[20], d) for d in sts_test().second[20:24]]
+
+
+def inputs(kind: str) -> list:
+    """The inputs of a task kind: ``texts`` (PROMPTS), ``pairs`` (PAIRS),
+    ``short texts`` (three, within CLIP's 77 positions) or ``images`` (three
+    random 32x32 RGB images)."""
+    if kind == "images":
+        return ref.images(3)
+    if kind == "short texts":
+        return [s.lower() for s in PROMPTS[:3]]
+    return {"texts": PROMPTS, "pairs": PAIRS}[kind]
+
+
+def _arrays(xs) -> list[np.ndarray]:
+    return [np.atleast_1d(np.asarray(x, dtype=np.float32)) for x in xs]
+
+
+def run_embed(llm, prompts):
+    return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False))
+
+
+def run_mm_embed(llm, items):
+    """``LLM.embed`` of texts and images (an image alone: empty prompt plus ``multi_modal_data``)."""
+    prompts = [x if isinstance(x, str) else {"prompt": "", "multi_modal_data": {"image": x}} for x in items]
+    return run_embed(llm, prompts)
+
+
+def run_siglip_text(llm, prompts):
+    """``LLM.embed`` of texts padded to SigLIP's 64 positions (``references.SIGLIP_TEXT``)."""
+    return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False,
+                                                          tokenization_kwargs=ref.SIGLIP_TEXT))
+
+
+def run_classify(llm, prompts):
+    return _arrays(o.outputs.probs for o in llm.classify(prompts, use_tqdm=False))
+
+
+def run_encode(task: str, **params):
+    """``LLM.encode`` with ``pooling_task=task`` and ``PoolingParams(**params)``."""
+    def run(llm, prompts):
+        from vllm import PoolingParams
+
+        pp = PoolingParams(**params) if params else None
+        return _arrays(o.outputs.data.float().numpy()
+                       for o in llm.encode(prompts, pooling_params=pp, pooling_task=task, use_tqdm=False))
+    run.__name__ = f"run_encode_{task}"
+    return run
+
+
+def run_score(llm, pairs):
+    (query,) = {q for q, _ in pairs}
+    return _arrays(o.outputs.score for o in llm.score(query, [d for _, d in pairs], use_tqdm=False))
+
+
+def T(name, reference, run=None, inputs="texts", **kw) -> Task:
+    """A Task with the engine call that ``name`` implies."""
+    runs = {"embed": run_embed, "classify": run_classify, "score": run_score}
+    return Task(name, run or runs.get(name) or run_encode(name), reference,
+                "pairs" if name == "score" else inputs, **kw)
+
+
+EMBED_CLS = T("embed", partial(ref.embed, pooling="CLS"))
+EMBED_MEAN = T("embed", partial(ref.embed, pooling="MEAN"))
+EMBED_LAST = T("embed", partial(ref.embed, pooling="LAST"))
+TOKEN_EMBED = T("token_embed", ref.token_embed)
+CLASSIFY = T("classify", ref.classify)
+SCORE = T("score", ref.cross_encoder_score)
+TOKEN_CLASSIFY = T("token_classify", ref.token_classify)
+MEAN = {"pooler_config": {"seq_pooling_type": "MEAN"}}
+MINILM = "text, MiniLM WordPiece tokenizer"
+BPE = "text, RoBERTa byte-level BPE tokenizer trained on STS-B (<s> A </s></s> B </s>)"
+TOKEN_TYPES = "; pairs carry token type ids (type_vocab_size 2)"

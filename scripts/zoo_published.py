@@ -1,0 +1,201 @@
+"""Small random-weight checkpoints of the pooling architectures whose
+published checkpoints need remote code, made here in the published layout
+(the one vLLM's loaders read), all local. Sizes as ``scripts/zoo.py``
+(2 layers, hidden 128, heads of 64).
+
+transformers 5 ships its own ports of these models (``NomicBertModel``,
+``GteModel``, ``JinaEmbeddingsV3Model``, ``SiglipModel``), and its
+``save_pretrained`` writes the *published* weight names (its conversion
+mapping runs backwards on save): those ports serve both to make the
+checkpoints and as the matrix's references. What differs is the config:
+vLLM's ``vllm/model_executor/models/config.py`` checks the config class by
+name and reads the remote-code field names:
+
+- ``NomicBertModel``: a ``NomicBertConfig`` (transformers' own has that
+  name) carrying nomic-bert-2048's fields (``activation_function``,
+  ``n_embd``, ``n_inner``, ``n_layer``, ``layer_norm_epsilon``,
+  ``qkv_proj_bias``, ...) beside transformers' ones;
+- ``GteModel`` (Snowflake arctic-embed v2): transformers' ``GteConfig``;
+- ``GteNewModel`` / ``GteNewForSequenceClassification`` (Alibaba-NLP
+  new-impl): a config class named ``NewConfig``: a four-line module in the
+  checkpoint (``configuration_new.py``, ``auto_map``), opened with
+  ``trust_remote_code=True``, from the local directory;
+- ``ColBERTJinaRobertaModel`` (jina-colbert-v2): a config class named
+  ``XLMRobertaFlashConfig`` with ``position_embedding_type="rotary"`` and
+  ``rotary_emb_base``, the same way; weights under ``roberta.``, ColBERT's
+  ``linear`` beside them;
+- ``SiglipEmbeddingModel``: transformers' ``SiglipConfig``, with a
+  ``SiglipProcessor`` whose SentencePiece tokenizer is trained here on the
+  STS-B sentences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from scripts.zoo import SMALL, _build, _model
+
+GELU_BERT = dict(SMALL, max_position_embeddings=512)
+# nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
+NOMIC_FIELDS = dict(activation_function="swiglu", n_embd=128, n_inner=256, n_layer=2, n_head=2, n_positions=512,
+                    layer_norm_epsilon=1e-12, qkv_proj_bias=False, mlp_fc1_bias=False, mlp_fc2_bias=False,
+                    rotary_emb_base=1000, rotary_emb_fraction=1.0, rotary_emb_scale_base=None,
+                    rotary_emb_interleaved=False, prenorm=False, causal=False)
+LOCAL_CONFIG = '''"""{doc}"""
+from transformers.models.{module} import {base}
+
+
+class {name}({base}):
+    model_type = "{model_type}"
+'''
+
+
+def _edit_config(tmp: Path, **fields) -> None:
+    cfg = json.loads((tmp / "config.json").read_text())
+    cfg.update(fields)
+    (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+def _rename(tmp: Path, rename) -> None:
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(tmp / "model.safetensors"))
+    save_file({rename(k): v for k, v in weights.items()}, str(tmp / "model.safetensors"))
+
+
+def _local_config_class(tmp: Path, name: str, base_module: str, base: str, model_type: str, doc: str) -> None:
+    """A config class ``name`` (subclass of transformers' ``base``) in the
+    checkpoint, mapped by ``auto_map`` (loaded with ``trust_remote_code``)."""
+    module = f"configuration_{model_type.replace('-', '_')}"
+    (tmp / f"{module}.py").write_text(LOCAL_CONFIG.format(
+        doc=doc, module=base_module, base=base, name=name, model_type=model_type))
+    _edit_config(tmp, model_type=model_type, auto_map={"AutoConfig": f"{module}.{name}"})
+
+
+def make_nomic(dest: Path, seed: int = 0) -> Path:
+    """transformers' ``NomicBertModel`` (SwiGLU, rotary base 1000, no biases),
+    saved in nomic-bert-2048's layout (``encoder.layers.N.attn.Wqkv``,
+    ``mlp.fc11``/``fc12``/``fc2``, ``emb_ln``), config with both field sets."""
+    def write(tmp: Path) -> None:
+        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(SMALL, vocab_size=30522,
+                       max_position_embeddings=512))
+        model.save_pretrained(tmp)
+        _edit_config(tmp, architectures=["NomicBertModel"], **NOMIC_FIELDS)
+
+    return _build(dest, write, "minilm")
+
+
+def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None = None, tokenizer: str = "minilm",
+             seed: int = 0) -> Path:
+    """transformers' ``GteModel`` (``GteForSequenceClassification`` with
+    ``num_labels``) saved in the published new-impl layout
+    (``encoder.layer.N.attention.qkv_proj``, ``mlp.up_gate_proj``; the
+    classifier's backbone under ``new.``). ``architecture``: ``GteModel``
+    (Snowflake arctic-embed v2, transformers' ``GteConfig``) or
+    ``GteNewModel`` / ``GteNewForSequenceClassification`` (new-impl: a local
+    ``NewConfig``). ``tokenizer``: ``minilm`` (BERT's, token types 2, as
+    gte-*-en-v1.5) or ``bpe`` (XLM-R style, no token types, as
+    gte-multilingual-*)."""
+    from scripts.zoo import vocab
+
+    def write(tmp: Path) -> None:
+        bert_like = tokenizer == "minilm"
+        config = dict(SMALL, vocab_size=vocab(tokenizer), max_position_embeddings=512,
+                      type_vocab_size=2 if bert_like else 1, pad_token_id=0 if bert_like else 1,
+                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        if num_labels:
+            config["num_labels"] = num_labels
+        model_cls = "GteForSequenceClassification" if num_labels else "GteModel"
+        _model("GteConfig", model_cls, seed, config).save_pretrained(tmp)
+        if num_labels:  # new-impl's NewForSequenceClassification keeps its backbone under "new."
+            _rename(tmp, lambda k: "new." + k[4:] if k.startswith("gte.") else k)
+        # published new-impl / arctic-embed configs carry it (transformers' GteConfig does not define it)
+        _edit_config(tmp, architectures=[architecture], position_embedding_type="rope")
+        if architecture != "GteModel":
+            _local_config_class(tmp, "NewConfig", "gte", "GteConfig", "new",
+                                "Alibaba-NLP/new-impl's config class name, on transformers' GteConfig.")
+
+    return _build(dest, write, tokenizer)
+
+
+def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
+    """jina-colbert-v2's layout: transformers' ``JinaEmbeddingsV3Model``
+    (rotary XLM-R, base 20000; no LoRA adapters, as jina-colbert-v2 has none)
+    under ``roberta.`` plus a bias-free ``linear`` projection to ``dim``; a
+    local ``XLMRobertaFlashConfig``; RoBERTa-style BPE tokenizer."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from scripts.zoo import vocab
+
+    def write(tmp: Path) -> None:
+        config = dict(GELU_BERT, vocab_size=vocab("bpe"), max_position_embeddings=514, pad_token_id=1,
+                      bos_token_id=0, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
+        model = _model("JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model", seed, config)
+        model.save_pretrained(tmp)
+        weights = {f"roberta.{k}": v for k, v in load_file(str(tmp / "model.safetensors")).items()
+                   if not k.startswith("pooler.")}
+        torch.manual_seed(seed + 1)
+        weights["linear.weight"] = torch.randn(dim, 128) / 128 ** 0.5
+        save_file(weights, str(tmp / "model.safetensors"))
+        # XLMRobertaFlashConfig's LoRA defaults (jina-colbert-v2 has no adapters; vLLM's loader reads them)
+        _edit_config(tmp, architectures=["ColBERTJinaRobertaModel"], position_embedding_type="rotary",
+                     rotary_emb_base=20000.0, dim=dim, lora_adaptations=None, lora_rank=4, lora_alpha=1)
+        _local_config_class(tmp, "XLMRobertaFlashConfig", "jina_embeddings_v3", "JinaEmbeddingsV3Config",
+                            "xlm-roberta", "jinaai/xlm-roberta-flash-implementation's config class name.")
+
+    return _build(dest, write, "bpe")
+
+
+def spm_tokenizer(dest: Path, vocab_size: int = 1000) -> Path:
+    """A SigLIP tokenizer (``SiglipTokenizer``: SentencePiece unigram,
+    ``</s>`` appended, pad ``</s>``) trained with ``sentencepiece`` on the
+    STS-B test sentences; reused when present."""
+    dest = Path(dest)
+    if (dest / "spiece.model").exists():
+        return dest
+    import sentencepiece as spm
+
+    from scripts.models import sts_test
+
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(sts_test().sentences), model_prefix=str(tmp / "spiece"),
+                                   vocab_size=vocab_size, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
+                                   minloglevel=2)
+    os.replace(tmp, dest)
+    return dest
+
+
+def make_siglip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int = 0) -> Path:
+    """A random-weight ``SiglipModel`` (both towers: 2 layers, hidden 128,
+    heads of 64; 32x32 images in 8x8 patches; 64 text positions), saved with a
+    ``SiglipProcessor`` (``SiglipImageProcessor`` for that size, the local
+    SentencePiece ``SiglipTokenizer``)."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    import transformers
+
+    spm_dir = spm_tokenizer(dest.parent / "_spm-tokenizer")
+    tok = transformers.SiglipTokenizer(vocab_file=str(spm_dir / "spiece.model"), model_max_length=64)
+    processor = transformers.SiglipProcessor(
+        image_processor=transformers.SiglipImageProcessor(size={"height": image_size, "width": image_size}),
+        tokenizer=tok)
+    config = transformers.SiglipConfig(
+        text_config=dict(SMALL, vocab_size=len(tok), max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, projection_size=128),
+        vision_config=dict(SMALL, image_size=image_size, patch_size=patch_size))
+    torch.manual_seed(seed)
+    model = transformers.SiglipModel(config).to(torch.float32).eval()
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    processor.save_pretrained(tmp)
+    os.replace(tmp, dest)
+    return dest
