@@ -326,39 +326,64 @@ def test_lint_checks_applied_upstream(patches_dir):
 # --- the real releases after the base -----------------------------------------------------
 
 # Status of every patch of the series on every release after 0.26.0 up to the
-# latest (as of 2026-11-29), determined by running make drift and reading each
-# failing hunk against the release's sources:
+# latest (as of 2026-11-30, series revision 8), determined by running make
+# drift and reading each failing hunk against the release's sources:
 # - 0001: applies until 0.30.0; from 0.31.0 CPUModelRunner._postprocess_triton,
 #   which its second hunk changes, is gone, while its HAS_TRITON hunk still
 #   applies: a conflict (the patch needs rework, not dropping).
 # - 0002: 0.27.0 already has a model_states/encoder_only.py of its own, so
 #   creating ours conflicts (and more hunks fail from 0.29.0).
-# - 0003: Applied-Upstream 0.27.0 (its behavioural tests pass on every
-#   unpatched release, python -m scripts.drift test-upstream): upstream, so
-#   not applied, on every release.
-# - 0004, 0006: they build on our 0003's PoolingRunner and GPUModelRunner
-#   hunks, which upstream's rewrite does not have (0004's offline LLM.score
-#   files conflict too): conflicts.
-# - 0005: ColBERTMixin unchanged upstream: applies.
+# - 0003, 0004: Applied-Upstream 0.27.0 (PR 50574; upstream 0.27.1's own
+#   tests of it pass against our tree, ours pass on every unpatched release):
+#   upstream, so not applied, on every release.
+# - 0005, 0014, 0015, 0032: the code they change is unchanged upstream: apply.
+# - 0006, 0010, 0013, 0016, 0017, 0022, 0023, 0033, 0035, 0036, 0040: their
+#   context (MRV2's model runner and states, the pooling entrypoints and
+#   renderers, the shared-memory queue, the CPU attention backend) changed
+#   from 0.27.0 on, or they build on 0002's encoder-only state: conflicts.
 # - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0 its
 #   Applied-Upstream (MRV2 is upstream's default for every model, pooling
 #   models included): upstream.
-# - 0008 builds on 0003's PoolingRunner and on block_table/input_batch code
-#   upstream changed: conflicts.
-# - 0009 changes our 0003's pooling metadata and AsyncPoolingOutput, and the
-#   model runner's imports upstream rewrote: conflicts.
+# - 0008, 0009 (vllm/v1/worker/cpu/): apply on 0.27.x, conflict from 0.28.0.
+# - 0011, 0012: conflict on every release (0011 builds on 0007's selector).
+# - 0020: applies on 0.27.x; conflicts on 0.28.0-0.31.0 (scheduler context);
+#   Applied-Upstream 0.32.0 (the scheduler reserves no sampled token for
+#   pooling runners): upstream.
+# - 0021: applies until 0.28.0, conflicts from 0.29.0 (0.31.0 keeps BERT's
+#   and ModernBERT's head layers itself, not BGE-M3's ReLU: see its header).
+# - 0030 applies until 0.29.0, 0031 until 0.28.0, then conflict (context
+#   changed; drift's report names the hunk).
 RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
 C, A, O, U = "conflicts", "applies", "obsolete", "upstream"
 EXPECTED = {
     "0001-triton-interpreter-available.patch": [A, A, A, A, A, C, C, C],
     "0002-mrv2-encoder-only-models.patch": [C, C, C, C, C, C, C, C],
     "0003-mrv2-pooling-runner.patch": [U, U, U, U, U, U, U, U],
-    "0004-mrv2-encoder-token-embedding.patch": [C, C, C, C, C, C, C, C],
+    "0004-mrv2-encoder-token-embedding.patch": [U, U, U, U, U, U, U, U],
     "0005-colbert-projection-after-module-init.patch": [A, A, A, A, A, A, A, A],
     "0006-late-interaction-release-unscheduled-docs.patch": [C, C, C, C, C, C, C, C],
     "0007-pooling-models-default-to-mrv2.patch": [C, C, C, U, U, U, U, U],
-    "0008-mrv2-native-input-preparation.patch": [C, C, C, C, C, C, C, C],
-    "0009-mrv2-cpu-pooling-output-handoff.patch": [C, C, C, C, C, C, C, C],
+    "0008-mrv2-native-input-preparation.patch": [A, A, C, C, C, C, C, C],
+    "0009-mrv2-cpu-pooling-output-handoff.patch": [A, A, C, C, C, C, C, C],
+    "0010-mrv2-token-type-ids.patch": [C, C, C, C, C, C, C, C],
+    "0011-mrv2-selection-by-pooling-task.patch": [C, C, C, C, C, C, C, C],
+    "0012-pooling-request-validation-errors.patch": [C, C, C, C, C, C, C, C],
+    "0013-late-interaction-score-queries-cached-offline.patch": [C, C, C, C, C, C, C, C],
+    "0014-xlm-roberta-config-position-embedding-type.patch": [A, A, A, A, A, A, A, A],
+    "0015-splade-tied-mlm-decoder.patch": [A, A, A, A, A, A, A, A],
+    "0016-mrv2-pin-memory-where-available.patch": [C, C, C, C, C, C, C, C],
+    "0017-pooling-embed-token-classify-processor.patch": [C, C, C, C, C, C, C, C],
+    "0020-pooling-requests-sample-no-token.patch": [A, A, C, C, C, C, U, U],
+    "0021-use-activation-keeps-model-layers.patch": [A, A, A, C, C, C, C, C],
+    "0022-chunked-embedding-normalised-after-combining.patch": [C, C, C, C, C, C, C, C],
+    "0023-token-types-follow-truncation.patch": [C, C, C, C, C, C, C, C],
+    "0030-cli-version-without-device.patch": [A, A, A, A, C, C, C, C],
+    "0031-pooling-task-not-served-named.patch": [A, A, A, C, C, C, C, C],
+    "0032-pooling-encoding-format-refused-where-unsupported.patch": [A, A, A, A, A, A, A, A],
+    "0033-late-interaction-score-survives-disconnect.patch": [C, C, C, C, C, C, C, C],
+    "0035-shm-queue-pickles-cpu-tensors-as-buffers.patch": [C, C, C, C, C, C, C, C],
+    "0036-cpu-encoder-only-attention-cache.patch": [C, C, C, C, C, C, C, C],
+    "0040-mrv2-encoder-only-cudagraph-support.patch": [C, C, C, C, C, C, C, C],
 }
 
 
