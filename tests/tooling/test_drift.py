@@ -337,9 +337,10 @@ def test_lint_checks_applied_upstream(patches_dir):
 #   tests of it pass against our tree, ours pass on every unpatched release):
 #   upstream, so not applied, on every release.
 # - 0005, 0014, 0015, 0032: the code they change is unchanged upstream: apply.
-# - 0006, 0010, 0013, 0016, 0017, 0022, 0023, 0033, 0035, 0036, 0040: their
+# - 0006, 0010, 0013, 0016, 0017, 0018, 0022, 0023, 0033, 0035, 0036, 0040: their
 #   context (MRV2's model runner and states, the pooling entrypoints and
-#   renderers, the shared-memory queue, the CPU attention backend) changed
+#   renderers, the shared-memory queue, the CPU attention backend, the CPU
+#   conv-weight dispatch) changed
 #   from 0.27.0 on, or they build on 0002's encoder-only state: conflicts.
 # - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0 its
 #   Applied-Upstream (MRV2 is upstream's default for every model, pooling
@@ -373,6 +374,7 @@ EXPECTED = {
     "0015-splade-tied-mlm-decoder.patch": [A, A, A, A, A, A, A, A],
     "0016-mrv2-pin-memory-where-available.patch": [C, C, C, C, C, C, C, C],
     "0017-pooling-embed-token-classify-processor.patch": [C, C, C, C, C, C, C, C],
+    "0018-cpu-conv-weight-prepack-width-4-only.patch": [C, C, C, C, C, C, C, C],
     "0020-pooling-requests-sample-no-token.patch": [A, A, C, C, C, C, U, U],
     "0021-use-activation-keeps-model-layers.patch": [A, A, A, C, C, C, C, C],
     "0022-chunked-embedding-normalised-after-combining.patch": [C, C, C, C, C, C, C, C],
