@@ -7,7 +7,10 @@ The base's ``RotaryEmbedding.forward_cpu``
 layouts to the CPU kernel ``torch.ops._C.rotary_embedding``, which reads a
 3-D tensor as one head per token with a token stride of ``head_size``: with
 more than one head, head ``h`` of token ``t`` was rotated at position
-``t * num_heads + h`` and the last tokens not at all. LFM2 (and LFM2-MoE)
+``t * num_heads + h`` and the last tokens not at all; a per-head view whose
+token stride is not ``head_size`` (of a fused qkv split) was wrong with one
+head too, and one whose heads are not adjacent made the kernel abort the
+process (out-of-bounds access). LFM2 (and LFM2-MoE)
 give their query per head (the q/k RMSNorm is per head): wrong attention
 from the first attention layer on, on V1 and MRV2 alike (the validation
 matrix's colbert-lfm2 row: max abs error 0.317). Expected values: transformers'
