@@ -65,10 +65,15 @@ BGE_M3_FILES = {"sparse_linear.pt": {"weight": (1, 128), "bias": (1,)},
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
 GTE = partial(ref.embed, config_cls="GteConfig")  # new-impl's NewConfig is transformers' GteConfig
 JINA = {"config_cls": "JinaEmbeddingsV3Config"}  # XLMRobertaFlashConfig: transformers' Jina-v3 port
-# base defect (V1 too): on a CPU with AMX, vllm/model_executor/layers/utils.py packs every conv
-# weight for ops.causal_conv1d_weight_pack, which takes width 4 only; LFM2's conv_L_cache is 3
-LFM2_AMX_FAULT = ("base: on AMX CPUs the conv weight is packed for causal_conv1d, width 4 only; "
-                  "LFM2's conv_L_cache is 3: load fails on V1 and MRV2 ('support only width of 4')")
+# base defects (V1 too), both on the CPU: (1) with AMX, vllm/model_executor/layers/utils.py packed every
+# conv weight for ops.causal_conv1d_weight_pack, which takes width 4 only (LFM2's conv_L_cache is 3):
+# load failed; patch 0018. (2) RotaryEmbedding.forward_cpu handed LFM2's per-head query
+# [tokens, heads, head_dim] to the CPU kernel, which reads one row per token: heads rotated at wrong
+# positions, attention wrong from the first attention layer (conv layer 0 matched transformers exactly,
+# layer 1's query did not): max abs error 0.317; patch 0019
+LFM2_FAULT = ("base, CPU: (1) on AMX the width-3 conv weight was packed for a width-4 kernel: load failed "
+              "('support only width of 4'), patch 0018; (2) RotaryEmbedding.forward_cpu rotated LFM2's per-head "
+              "query [tokens, heads, head_dim] at wrong positions (max abs error 0.317), patch 0019")
 REMOTE = {"trust_remote_code": True}  # the config class in the checkpoint directory (local file)
 LFM2_COLBERT = partial(make_custom, config_cls="Lfm2Config", backbone_cls="Lfm2Model", decoder=True,
                       architectures=["ColBERTLfm2Model"], heads={"linear.weight": (32, 128)},
@@ -193,7 +198,7 @@ CASES: list[Case] = [
     Case("colbert-lfm2", "late interaction", "ColBERTLfm2Model", LFM2_COLBERT,
          (T("score", ref.late_interaction_score), T("token_embed", ref.colbert_tokens)),
          MINILM + ", LFM2 (conv layer 0, attention layer 1), projection to 32", default="V1",
-         known_fault=LFM2_AMX_FAULT),
+         known_fault=LFM2_FAULT),
     # --- multimodal
     Case("siglip", "multimodal", "SiglipModel", make_siglip,
          (SIGLIP_TEXT, T("embed (image)", ref.siglip, run_mm_embed, inputs="images")),
