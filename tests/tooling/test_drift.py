@@ -336,7 +336,8 @@ def test_lint_checks_applied_upstream(patches_dir):
 # - 0003, 0004: Applied-Upstream 0.27.0 (PR 50574; upstream 0.27.1's own
 #   tests of it pass against our tree, ours pass on every unpatched release):
 #   upstream, so not applied, on every release.
-# - 0005, 0014, 0015, 0032: the code they change is unchanged upstream: apply.
+# - 0005, 0014, 0015, 0019, 0032: the code they change is unchanged upstream:
+#   apply.
 # - 0006, 0010, 0013, 0016, 0017, 0018, 0022, 0023, 0033, 0035, 0036, 0040: their
 #   context (MRV2's model runner and states, the pooling entrypoints and
 #   renderers, the shared-memory queue, the CPU attention backend, the CPU
@@ -375,6 +376,7 @@ EXPECTED = {
     "0016-mrv2-pin-memory-where-available.patch": [C, C, C, C, C, C, C, C],
     "0017-pooling-embed-token-classify-processor.patch": [C, C, C, C, C, C, C, C],
     "0018-cpu-conv-weight-prepack-width-4-only.patch": [C, C, C, C, C, C, C, C],
+    "0019-cpu-rotary-embedding-per-head-layout.patch": [A, A, A, A, A, A, A, A],
     "0020-pooling-requests-sample-no-token.patch": [A, A, C, C, C, C, U, U],
     "0021-use-activation-keeps-model-layers.patch": [A, A, A, C, C, C, C, C],
     "0022-chunked-embedding-normalised-after-combining.patch": [C, C, C, C, C, C, C, C],
