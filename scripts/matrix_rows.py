@@ -215,9 +215,7 @@ CASES: list[Case] = [
     Case("transformers-cls", "transformers backend", "TransformersForSequenceClassification",
          decoder("Qwen3Config", "Qwen3ForSequenceClassification", num_labels=3, pad_token_id=0), (CLASSIFY,),
          MINILM + ", model_impl=transformers", engine={"model_impl": "transformers"},
-         checkpoint="qwen3-seq-cls",
-         known_fault=("base: the Transformers backend cannot serve decoder classifiers (score.* head not "
-                      "loaded, CLS pooling, 2-D output; fails on V1 too); MRV2 also fault 3 (model state)")),
+         checkpoint="qwen3-seq-cls"),
 ]
 
 

@@ -353,6 +353,9 @@ def test_lint_checks_applied_upstream(patches_dir):
 #   pooling runners): upstream.
 # - 0021: applies until 0.28.0, conflicts from 0.29.0 (0.31.0 keeps BERT's
 #   and ModernBERT's head layers itself, not BGE-M3's ReLU: see its header).
+# - 0024: applies on 0.27.x; from 0.28.0 the Transformers backend's base.py
+#   (attention instances) changed around its hunks, from 0.31.0 pooling.py and
+#   utils.py too: conflicts.
 # - 0030 applies until 0.29.0, 0031 until 0.28.0, then conflict (context
 #   changed; drift's report names the hunk).
 RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
@@ -381,6 +384,7 @@ EXPECTED = {
     "0021-use-activation-keeps-model-layers.patch": [A, A, A, C, C, C, C, C],
     "0022-chunked-embedding-normalised-after-combining.patch": [C, C, C, C, C, C, C, C],
     "0023-token-types-follow-truncation.patch": [C, C, C, C, C, C, C, C],
+    "0024-transformers-backend-decoder-classifiers.patch": [A, A, C, C, C, C, C, C],
     "0030-cli-version-without-device.patch": [A, A, A, A, C, C, C, C],
     "0031-pooling-task-not-served-named.patch": [A, A, A, C, C, C, C, C],
     "0032-pooling-encoding-format-refused-where-unsupported.patch": [A, A, A, A, A, A, A, A],
