@@ -9,7 +9,10 @@ On the base the engine failed at start-up on V1 and MRV2 alike ("There is no
 module or parameter named 'score'"); with the head loaded it pooled the first
 token (the backend's class default "CLS", meaningless on a causal model) and
 gave the linear head a [batch, 1, hidden] input. MRV2 (the default) and V1,
-in-process engines, 1e-4."""
+1e-4. The engines run in their own processes: the backend decorates
+transformers' own ``Qwen3Model`` class for torch.compile in the process that
+loads the model, after which this process could not build a Qwen3 of its
+own (later tests make tiny Qwen3 checkpoints)."""
 
 from __future__ import annotations
 
@@ -34,16 +37,14 @@ def classifier(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def expected(classifier):
-    """transformers' probabilities, computed before any engine starts: the
-    backend decorates transformers' own ``Qwen3Model`` class for torch.compile
-    in the process that loads it (here, the in-process engine's)."""
+    """transformers' probabilities (softmax of the last non-padding token's logits)."""
     probs = np.asarray(ref.classify(classifier, PROMPTS))
     assert probs.shape == (3, 3)
     return probs
 
 
 @pytest.mark.parametrize(("runner", "want"), [("default", "MRV2"), ("v1", "V1")])
-def test_decoder_classifier_matches_transformers(classifier, expected, in_process, runner, want):
+def test_decoder_classifier_matches_transformers(classifier, expected, runner, want):
     llm = open_llm(classifier, runner=runner, model_impl="transformers")
     try:
         assert_runner(llm, want)
