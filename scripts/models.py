@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import shutil
@@ -74,14 +75,25 @@ TINY_BERT_HEADS = {
 }
 
 
-def _save(dest: Path, model) -> Path:
-    """save_pretrained into a temporary directory, add the tokenizer, rename."""
+@contextlib.contextmanager
+def atomic_dir(dest: Path):
+    """A directory written in full or not at all: yields a fresh, empty
+    ``<dest>.tmp`` and renames it to ``dest`` when the block ends without an
+    exception (a failed or interrupted write leaves no half-written ``dest``;
+    the next call starts the temporary directory afresh)."""
+    dest = Path(dest)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    copy_tokenizer(tmp)
+    yield tmp
     os.replace(tmp, dest)
+
+
+def _save(dest: Path, model) -> Path:
+    """save_pretrained into a temporary directory, add the tokenizer, rename."""
+    with atomic_dir(dest) as tmp:
+        model.save_pretrained(tmp)
+        copy_tokenizer(tmp)
     return dest
 
 
@@ -164,15 +176,12 @@ def make_tiny_colbert(dest: Path, backbone: str = "bert", dim: int = 32, seed: i
     weights = {f"{prefix}{k}": v.contiguous() for k, v in model.state_dict().items()
                if not k.startswith("pooler.")}
     weights["linear.weight"] = torch.randn(dim, config.hidden_size) / config.hidden_size**0.5
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     config.architectures = [arch]
     config.dim = dim
-    config.save_pretrained(tmp)
-    save_file(weights, str(tmp / "model.safetensors"))
-    copy_tokenizer(tmp)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        config.save_pretrained(tmp)
+        save_file(weights, str(tmp / "model.safetensors"))
+        copy_tokenizer(tmp)
     return dest
 
 

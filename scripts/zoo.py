@@ -18,13 +18,12 @@ holds a ``config.json`` and returns it; it is deterministic (seeded).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
 
 from scripts.base import REPO
-from scripts.models import copy_tokenizer, sts_test
+from scripts.models import atomic_dir, copy_tokenizer, sts_test
 
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
 DECODER = dict(SMALL, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
@@ -52,10 +51,8 @@ def bpe_tokenizer(dest: Path, vocab_size: int = 2000) -> Path:
     fast = RobertaTokenizerFast(tokenizer_object=tok._tokenizer, bos_token="<s>", eos_token="</s>",
                                 sep_token="</s>", cls_token="<s>", unk_token="<unk>", pad_token="<pad>",
                                 mask_token="<mask>", model_max_length=512)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    fast.save_pretrained(tmp)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        fast.save_pretrained(tmp)
     return dest
 
 
@@ -74,12 +71,9 @@ def _build(dest: Path, write: Callable[[Path], None], tokenizer: str) -> Path:
     dest = Path(dest)
     if (dest / "config.json").exists():
         return dest
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    _tokenizer_into(tmp, tokenizer)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        write(tmp)
+        _tokenizer_into(tmp, tokenizer)
     return dest
 
 
@@ -199,9 +193,12 @@ def make_clip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int =
         projection_dim=128)
     torch.manual_seed(seed)
     model = transformers.CLIPModel(config).to(torch.float32).eval()
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    os.replace(tmp, dest)
+    return save_model_and_processor(dest, model, processor)
+
+
+def save_model_and_processor(dest: Path, model, processor) -> Path:
+    """``model`` and its ``processor`` saved into ``dest`` (``atomic_dir``)."""
+    with atomic_dir(dest) as tmp:
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
     return dest

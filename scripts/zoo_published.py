@@ -32,11 +32,10 @@ name and reads the remote-code field names:
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
-from scripts.zoo import SMALL, _build, _model
+from scripts.models import atomic_dir
+from scripts.zoo import SMALL, _build, _model, save_model_and_processor
 
 GELU_BERT = dict(SMALL, max_position_embeddings=512)
 # nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
@@ -161,13 +160,10 @@ def spm_tokenizer(dest: Path, vocab_size: int = 1000) -> Path:
 
     from scripts.models import sts_test
 
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(sts_test().sentences), model_prefix=str(tmp / "spiece"),
-                                   vocab_size=vocab_size, pad_id=0, eos_id=1, unk_id=2, bos_id=-1,
-                                   minloglevel=2)
-    os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(sts_test().sentences),
+                                       model_prefix=str(tmp / "spiece"), vocab_size=vocab_size, pad_id=0,
+                                       eos_id=1, unk_id=2, bos_id=-1, minloglevel=2)
     return dest
 
 
@@ -193,9 +189,4 @@ def make_siglip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int
         vision_config=dict(SMALL, image_size=image_size, patch_size=patch_size))
     torch.manual_seed(seed)
     model = transformers.SiglipModel(config).to(torch.float32).eval()
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    processor.save_pretrained(tmp)
-    os.replace(tmp, dest)
-    return dest
+    return save_model_and_processor(dest, model, processor)
