@@ -303,6 +303,21 @@ class TestEmbedServer:
 
 # ------------------------------------------------------------------ cross-encoder
 
+def check_score_and_rerank(server, model: str, ref: dict) -> list[dict]:
+    """/score of ``QUERY`` against ``ref["docs"]`` equals the offline scores
+    ``ref["scores"]`` (TOL), and /rerank orders the documents by them; returns
+    /rerank's results for the caller's own checks."""
+    r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
+    assert r.status_code == 200, r.text
+    got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
+    assert abs(got - ref["scores"]).max() <= TOL
+    r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["index"] for x in results] == list(np.argsort(-ref["scores"], kind="stable"))
+    return results
+
+
 class TestCrossEncoderServer:
     @pytest.fixture(scope="class")
     def cross_server(self, servers, sentences):
@@ -318,14 +333,7 @@ class TestCrossEncoderServer:
         server, ref = cross_server
         assert_mrv2(server)
         model = server.served_model()
-        r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
-        assert r.status_code == 200, r.text
-        got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
-        assert abs(got - ref["scores"]).max() <= TOL
-        r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
-        assert r.status_code == 200, r.text
-        results = r.json()["results"]
-        assert [x["index"] for x in results] == list(np.argsort(-ref["scores"], kind="stable"))
+        results = check_score_and_rerank(server, model, ref)
         for x in results:
             assert x["document"]["text"] == ref["docs"][x["index"]]
             assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= TOL
@@ -397,14 +405,7 @@ class TestColbertServer:
         server, ref = colbert_server
         assert_mrv2(server)
         model = server.served_model()
-        r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
-        assert r.status_code == 200, r.text
-        got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
-        assert abs(got - ref["scores"]).max() <= TOL
-        r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
-        assert r.status_code == 200, r.text
-        results = r.json()["results"]
-        assert [x["index"] for x in results] == list(np.argsort(-ref["scores"], kind="stable"))
+        results = check_score_and_rerank(server, model, ref)
         assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in results) <= TOL
         r = post(server, "/pooling", {"model": model, "input": [QUERY] + ref["docs"][:2], "task": "token_embed"})
         assert r.status_code == 200, r.text
