@@ -15,10 +15,10 @@ PY := $(CURDIR)/$(VENV)/bin/python
 FLAVOR ?= cpu
 # Both flavors' wheels are the distribution vllm; the cpu one carries the device in
 # its local version as upstream's CPU builds do (vllm-0.26.0+mrv2pool.N.cpu-...whl).
-WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.base wheel-name --flavor cpu)
-WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.base wheel-name --flavor cuda)
+WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cpu)
+WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cuda)
 SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
-TOOLING := scripts/base.py scripts/series.py setup.py pyproject.toml
+TOOLING := scripts/series/base.py scripts/series/patches.py setup.py pyproject.toml
 
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1
@@ -61,7 +61,7 @@ $(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/ba
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	mkdir -p .build
 	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt torch==2.11.0 packaging
-	$(PY) -m scripts.base requirements --flavor $(FLAVOR) > .build/requirements-base.txt
+	$(PY) -m scripts.series.base requirements --flavor $(FLAVOR) > .build/requirements-base.txt
 	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt \
 		-r .build/requirements-base.txt -r requirements/dev.txt
 	touch $@
@@ -69,7 +69,7 @@ $(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/ba
 env: $(VENV)/.installed
 
 fetch: env
-	$(PY) -m scripts.base fetch --flavor all
+	$(PY) -m scripts.series.base fetch --flavor all
 
 apply: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR)
@@ -112,36 +112,36 @@ $(INSTALLED_STAMP): $(WHEEL_$(FLAVOR))
 install: $(INSTALLED_STAMP)
 
 smoke: install apply
-	$(PY) -m scripts.smoke
+	$(PY) -m scripts.validation.smoke
 
-# The GPU smoke job (scripts/gpu_smoke.py), for a maintainer with an NVIDIA GPU.
+# The GPU smoke job (scripts/validation/gpu_smoke.py), for a maintainer with an NVIDIA GPU.
 # It runs on the installed CUDA wheel: its own venv (GPU_VENV) with the cuda
 # flavor's requirements and dist/vllm-<version>-...whl, and scripts/ alone on the
 # path (.build/gpu-smoke), so that the in-tree vllm/ does not shadow the wheel.
 # Where there is no GPU the first line stops it before anything is built: exit
 # status 77, skipped (make then says "Error 77"); reports in GPU_SMOKE_OUT.
-# GPU_SMOKE_ARGS: --cases, --dtypes, --limit (python -m scripts.gpu_smoke -h).
+# GPU_SMOKE_ARGS: --cases, --dtypes, --limit (python -m scripts.validation.gpu_smoke -h).
 GPU_VENV ?= .venv-cuda
 GPU_SMOKE_OUT ?= $(CURDIR)/reports
 GPU_SMOKE_ARGS ?=
 gpu-smoke:
-	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m scripts.gpu_smoke --check-gpu --out $(GPU_SMOKE_OUT)
+	@$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m scripts.validation.gpu_smoke --check-gpu --out $(GPU_SMOKE_OUT)
 	$(MAKE) install VENV=$(GPU_VENV) FLAVOR=cuda
 	mkdir -p .build/gpu-smoke && ln -sfn $(CURDIR)/scripts .build/gpu-smoke/scripts
 	cd .build/gpu-smoke && PYTHONPATH=$(CURDIR)/.build/gpu-smoke \
-		$(CURDIR)/$(GPU_VENV)/bin/python -m scripts.gpu_smoke --out $(GPU_SMOKE_OUT) $(GPU_SMOKE_ARGS)
+		$(CURDIR)/$(GPU_VENV)/bin/python -m scripts.validation.gpu_smoke --out $(GPU_SMOKE_OUT) $(GPU_SMOKE_ARGS)
 
-# BENCH_ARGS: options of scripts/bench.py (--quick, --reps N, --limit N, --sections ...).
+# BENCH_ARGS: options of scripts/bench/cli.py (--quick, --reps N, --limit N, --sections ...).
 BENCH_ARGS ?=
 bench: install apply
 	$(PY) -m scripts.bench $(BENCH_ARGS)
 
 # The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
-# (python -m scripts.matrix --list).
+# (python -m scripts.validation.matrix --list).
 MATRIX_ROWS ?=
 MATRIX_CASES ?=
 matrix: install apply
-	$(PY) -m scripts.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
+	$(PY) -m scripts.validation.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
 
 # The series against newer upstream: every release after the base (wheels fetched
 # through pip, cached), or UPSTREAM=path (an upstream checkout; RELEASES=all adds
@@ -149,7 +149,7 @@ matrix: install apply
 UPSTREAM ?=
 RELEASES ?=
 drift: env
-	$(PY) -m scripts.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
+	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
 
 test: install apply
 	$(PY) -m pytest $(PYTEST_ARGS)

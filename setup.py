@@ -12,7 +12,7 @@ source are: a package requiring ``vllm`` is satisfied by it, and vLLM's own
 detection) find it. The version is the base plus the PEP 440 local label of
 the series revision, and for the cpu flavor the device as upstream's
 ``setup.py`` appends it (``0.26.0+mrv2pool.1`` cuda, ``0.26.0+mrv2pool.1.cpu``
-cpu; ``scripts.base.Base.flavor_version``): the cpu flavor's platform
+cpu; ``scripts.series.base.Base.flavor_version``): the cpu flavor's platform
 detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
 base wheel's requirements, entry points and platform tag
 (``cp38-abi3-manylinux_2_28_x86_64``).
@@ -38,8 +38,8 @@ from setuptools.command.build_py import build_py
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from scripts.base import DIST_NAME, fetch, load_base  # noqa: E402
-from scripts.series import apply_series  # noqa: E402
+from scripts.series.base import DIST_NAME, fetch, load_base  # noqa: E402
+from scripts.series.patches import apply_series  # noqa: E402
 
 FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
 BASE = load_base()
@@ -100,7 +100,7 @@ def _entry_points(text):
 
 
 class BuildPatchedTree(build_py):
-    """Copy the patched tree (base + series, applied by ``scripts.series``) into
+    """Copy the patched tree (base + series, applied by ``scripts.series.patches``) into
     the build directory, binary extensions and data files included."""
 
     def run(self):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.base import Artifact, Base
+from scripts.series.base import Artifact, Base
 
 FAKE_FILES = {
     "vllm/__init__.py": "from vllm._version import __version__\n",

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from scripts.models import sts_test
+from scripts.validation.models import sts_test
 
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 

@@ -2,7 +2,7 @@
 pooling_task="embed&token_classify")`` on a model left at its default
 pooling task returns, per prompt, the dense embedding followed by the
 sparse weight of every token but the first and last, equal to FlagEmbedding's
-recipe on the same weights (``scripts.references.bgem3``), on the runner
+recipe on the same weights (``scripts.validation.references.bgem3``), on the runner
 vLLM picks (MRV2, asserted) and on V1. Before the patch both runners failed
 on an ``AssertionError`` in ``LLM.encode`` (no front-end processor for the
 task)."""
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 
 from scripts import references as ref
-from scripts.engine import assert_runner, close_llm, open_llm
-from scripts.matrix import max_abs_error
-from scripts.matrix_rows import case
-from scripts.matrix_tasks import PROMPTS
+from scripts.validation.engine import assert_runner, close_llm, open_llm
+from scripts.validation.matrix import max_abs_error
+from scripts.validation.matrix_rows import case
+from scripts.validation.matrix_tasks import PROMPTS
 
 
 @pytest.fixture(scope="module")

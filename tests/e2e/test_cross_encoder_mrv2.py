@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts.engine import assert_runner, close_llm, open_llm
-from scripts.models import copy_tokenizer
+from scripts.validation.engine import assert_runner, close_llm, open_llm
+from scripts.validation.models import copy_tokenizer
 
 TOL = 1e-4
 QUERY = "how do cats sleep"

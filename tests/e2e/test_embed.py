@@ -3,8 +3,8 @@ on all STS-B test sentences. (The MRV2 rows are in test_pooling_mrv2.py.)"""
 
 from __future__ import annotations
 
-from scripts.engine import close_llm, embed, open_llm, rowwise_cosine, runner_in_use, st_embed, sts_spearman
-from scripts.models import minilm_path
+from scripts.validation.engine import close_llm, embed, open_llm, rowwise_cosine, runner_in_use, st_embed, sts_spearman
+from scripts.validation.models import minilm_path
 
 MIN_COSINE = 0.99999  # DESIGN.md: embed, all-MiniLM-L6-v2, fp32
 STS_SPEARMAN_ST = 0.8204  # sentence-transformers on STS-B test (DESIGN.md)

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from scripts.engine import assert_runner, close_llm, open_llm
-from scripts.models import make_tiny_bert
+from scripts.validation.engine import assert_runner, close_llm, open_llm
+from scripts.validation.models import make_tiny_bert
 
 TOL = 1e-4
 RUNNERS = {"v2": "MRV2", "v1": "V1"}

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts.engine import assert_runner, close_llm, hf_forward, l2_normalize, open_llm
-from scripts.models import minilm_path
+from scripts.validation.engine import assert_runner, close_llm, hf_forward, l2_normalize, open_llm
+from scripts.validation.models import minilm_path
 
 TOL = 1e-4
 MAX_MODEL_LEN = 128

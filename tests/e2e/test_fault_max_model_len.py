@@ -17,8 +17,8 @@ import threading
 import numpy as np
 import pytest
 
-from scripts.engine import assert_runner, close_llm, hf_last_token_embed, open_llm
-from scripts.models import make_tiny_qwen3
+from scripts.validation.engine import assert_runner, close_llm, hf_last_token_embed, open_llm
+from scripts.validation.models import make_tiny_qwen3
 
 MAX_MODEL_LEN = 64
 TOL = 1e-4

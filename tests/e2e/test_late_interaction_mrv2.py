@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts.engine import (count_late_interaction_requests, hf_forward, l2_normalize,
+from scripts.validation.engine import (count_late_interaction_requests, hf_forward, l2_normalize,
                             late_interaction_counts, late_interaction_state)
-from scripts.matrix import maxsim
-from scripts.models import colbert_reference, make_tiny_colbert, minilm_path
+from scripts.validation.matrix import maxsim
+from scripts.validation.models import colbert_reference, make_tiny_colbert, minilm_path
 from tests.e2e.test_pooling_mrv2 import drain, on_runner
 
 TOL = 1e-4  # DESIGN.md (upstream's bar for ColBERT was 1e-2)

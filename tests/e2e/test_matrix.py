@@ -1,5 +1,5 @@
 """The validation matrix in ``make test``: one case per family, generated
-from the matrix's own row definitions (``scripts/matrix_rows.py``, cases
+from the matrix's own row definitions (``scripts/validation/matrix_rows.py``, cases
 with ``smoke=True``), each on the runner vLLM picks by default (asserted)
 and on V1, against transformers on the same weights; and the MTEB STS rows
 (STS-B test through mteb, sentence-transformers against the engine).
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.matrix import ROW_IDS, run_case, run_row
-from scripts.matrix_rows import CASES
+from scripts.validation.matrix import ROW_IDS, run_case, run_row
+from scripts.validation.matrix_rows import CASES
 
 FAMILY_CASES = [c for c in CASES if c.smoke]
 MTEB_ROWS = [r for r in ROW_IDS if r.startswith("mteb-sts/")]

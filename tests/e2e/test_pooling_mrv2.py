@@ -16,12 +16,12 @@ import sys
 import numpy as np
 import pytest
 
-from scripts.base import REPO
-from scripts.engine import (assert_runner, close_llm, embed, hf_forward, hf_last_token_embed,
+from scripts.series.base import REPO
+from scripts.validation.engine import (assert_runner, close_llm, embed, hf_forward, hf_last_token_embed,
                             hf_mean_embed, l2_normalize, open_llm, rowwise_cosine,
                             st_embed, sts_spearman)
-from scripts.matrix import softmax
-from scripts.models import make_tiny_bert, make_tiny_qwen3, minilm_path
+from scripts.validation.matrix import softmax
+from scripts.validation.models import make_tiny_bert, make_tiny_qwen3, minilm_path
 
 TOL = 1e-4
 MIN_COSINE = 0.99999
@@ -150,7 +150,7 @@ def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
     MRV2 (patch 0011); the error names the task and the fallback."""
     code = (
         "import sys; sys.path.insert(0, %r)\n"
-        "from scripts.engine import open_llm\n"
+        "from scripts.validation.engine import open_llm\n"
         "if __name__ == '__main__':\n"
         "    try:\n"
         "        open_llm(%r, runner='v2', pooler_config={'task': 'token_classify'})\n"

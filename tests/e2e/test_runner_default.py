@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 NATIVE_LOG = "Model Runner V2 prepares inputs with native CPU kernels instead (pooling steps only"
 V1_FALLBACK_LOG = "Model Runner V2 requires Triton; using the V1 model runner instead."
@@ -27,8 +27,8 @@ INTERPRETER_LOG = "TRITON_INTERPRET=1: running Triton kernels under Triton's int
 POOLING = """
 import sys
 sys.path.insert(0, {repo!r})
-from scripts.engine import close_llm, embed, open_llm, rowwise_cosine, runner_in_use, st_embed
-from scripts.models import minilm_path, sts_test
+from scripts.validation.engine import close_llm, embed, open_llm, rowwise_cosine, runner_in_use, st_embed
+from scripts.validation.models import minilm_path, sts_test
 
 if __name__ == "__main__":
     sentences = sts_test().sentences[:64]
@@ -43,8 +43,8 @@ GENERATION = """
 import sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {repo!r})
-from scripts.engine import GPU_MEMORY_UTILIZATION, close_llm, engine_env, runner_in_use
-from scripts.models import make_tiny_qwen3
+from scripts.validation.engine import GPU_MEMORY_UTILIZATION, close_llm, engine_env, runner_in_use
+from scripts.validation.models import make_tiny_qwen3
 
 if __name__ == "__main__":
     engine_env()

@@ -1,16 +1,16 @@
 """The distribution as users deploy it: ``vllm serve`` on the CPU, talked to
 with real clients (issue 15 items 2 to 4).
 
-One server per model (``scripts.server``: a free port, readiness through
+One server per model (``scripts.validation.server``: a free port, readiness through
 ``/health``, the process group stopped at the end). The servers of the
 selected test classes are all launched when the module starts, so their
 start-ups overlap one another and the offline ``LLM`` runs computing the
-references on the same weights (``scripts.engine.open_llm``, vLLM's default
+references on the same weights (``scripts.validation.engine.open_llm``, vLLM's default
 runner, asserted MRV2), one model after the other; the servers stop when
 the module ends. Every
 answer equals the offline result within 1e-5; every server's worker is asked
 which runner it built (``/collective_rpc`` with ``VLLM_SERVER_DEV_MODE=1``
-and ``scripts.engine.WorkerProbe``): MRV2, vLLM's default.
+and ``scripts.validation.engine.WorkerProbe``): MRV2, vLLM's default.
 
 - all-MiniLM-L6-v2 (embed): the ``openai`` client on ``/v1/embeddings``
   (float, base64, batches, ``dimensions`` refused), ``/pooling``,
@@ -44,9 +44,9 @@ import numpy as np
 import pytest
 import requests
 
-from scripts.engine import assert_runner, close_llm, expected_input_preparation, open_llm
-from scripts.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
-from scripts.server import SERVER_MEMORY_UTILIZATION, VllmServer
+from scripts.validation.engine import assert_runner, close_llm, expected_input_preparation, open_llm
+from scripts.validation.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
+from scripts.validation.server import SERVER_MEMORY_UTILIZATION, VllmServer
 
 TOL = 1e-5
 MODELS = Path(__file__).resolve().parents[2] / ".build" / "models"

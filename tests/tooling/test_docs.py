@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 
 def makefile_targets() -> list[str]:

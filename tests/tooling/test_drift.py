@@ -1,4 +1,4 @@
-"""make drift (scripts/drift.py): each status on small synthetic trees, the
+"""make drift (scripts/series/drift.py): each status on small synthetic trees, the
 cumulative skip, the exit status rule, the JSON and JUnit reports, fetching
 releases through pip; and the real releases after the base (slow: about
 1.1 GB of wheels on first use, cached)."""
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-import scripts.drift as drift
-from scripts.drift import (DriftError, Result, TargetReport, drift_target, enclosing, exit_status,
+import scripts.series.drift as drift
+from scripts.series.drift import (DriftError, Result, TargetReport, drift_target, enclosing, exit_status,
                            fetch_release, parse_diff, release_sources, table, to_json, to_junit,
                            tree_version)
-from scripts.series import Patch, lint
+from scripts.series.patches import Patch, lint
 from tests.conftest import FAKE_FILES, make_wheel
 from tests.tooling.test_series import add_patch, file_diff
 
@@ -398,8 +398,8 @@ EXPECTED = {
 @pytest.mark.slow
 def test_real_releases_after_the_base():
     """Every release after 0.26.0 on the index, every patch of the series."""
-    from scripts.base import load_base
-    from scripts.series import read_series
+    from scripts.series.base import load_base
+    from scripts.series.patches import read_series
 
     newer = drift.newer_releases(load_base().version)
     assert [v for _, v in newer][:len(RELEASES)] == RELEASES

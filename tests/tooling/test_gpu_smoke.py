@@ -1,4 +1,4 @@
-"""The GPU smoke job (scripts/gpu_smoke.py, ``make gpu-smoke``,
+"""The GPU smoke job (scripts/validation/gpu_smoke.py, ``make gpu-smoke``,
 ci/steps/gpu-smoke.sh) on a machine without a GPU: it stops at once, says
 why, exits 77 and leaves reports whose one test case is *skipped*; nothing is
 built. On a machine with a GPU the job runs instead, so these tests skip."""
@@ -14,11 +14,11 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 
 def gpu_present() -> bool:
-    from scripts.gpu_smoke import find_gpu
+    from scripts.validation.gpu_smoke import find_gpu
 
     return find_gpu()[0]
 
@@ -43,7 +43,7 @@ def assert_skipped_reports(out) -> None:
 
 @no_gpu
 def test_the_job_exits_77_and_reports_skipped(tmp_path):
-    proc = run([sys.executable, "-m", "scripts.gpu_smoke"], tmp_path)
+    proc = run([sys.executable, "-m", "scripts.validation.gpu_smoke"], tmp_path)
     assert proc.returncode == 77, proc.stderr
     assert MESSAGE in proc.stderr
     assert "Exit status 77: skipped, not passed." in proc.stderr
@@ -89,7 +89,7 @@ def test_the_ci_step_exits_77_and_annotates_the_build(tmp_path):
     ("scores", "bfloat16", [0.19, 0.5, 0.81], ("cosine (centred scores)", 1.0, True)),
 ])
 def test_comparison_metrics(kind, dtype, got, expected):
-    from scripts.gpu_smoke import compare
+    from scripts.validation.gpu_smoke import compare
 
     ref = np.array([0.2, 0.5, 0.8]) if kind == "scores" else np.array([[0.6, 0.8], [1.0, 0.0]])
     metric, value, _, passed = compare(kind, dtype, np.asarray(got, dtype=np.float64), ref)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 PROBE = ("from vllm.triton_utils import HAS_TRITON; "
          "from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER; "

@@ -1,4 +1,4 @@
-"""The quiet jobs (``scripts.quiet``): in a process that called
+"""The quiet jobs (``scripts.common.quiet``): in a process that called
 ``quiet_vllm``, its own prints stay on the terminal while vLLM's log lines,
 native writes to the standard descriptors, the output of the processes it
 starts and Python warnings go to the log file; ``VERBOSE=1`` keeps
@@ -10,12 +10,12 @@ import os
 import subprocess
 import sys
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 JOB = """
 import os, subprocess, sys, warnings
 from pathlib import Path
-from scripts.quiet import quiet_vllm
+from scripts.common.quiet import quiet_vllm
 log = quiet_vllm("job", Path(sys.argv[1]))
 print("job line")
 os.write(1, b"native write\\n")

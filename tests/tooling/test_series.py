@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.base import load_base
-from scripts.series import (REPO, Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree,
+from scripts.series.base import load_base
+from scripts.series.patches import (REPO, Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree,
                             lint, new, read_series, refresh, lint_tests_map, tree_digest)
 from tests.conftest import FAKE_FILES, tree_files
 
@@ -106,10 +106,10 @@ def test_apply_refuses_to_overwrite_edits(tmp_path, fake_base, patches_dir):
 
 @pytest.fixture
 def repo_work(tmp_path, monkeypatch):
-    """refresh() keeps its scratch trees in scripts.series.WORK."""
-    import scripts.series
+    """refresh() keeps its scratch trees in scripts.series.patches.WORK."""
+    import scripts.series.patches
 
-    monkeypatch.setattr(scripts.series, "WORK", tmp_path / "work")
+    monkeypatch.setattr(scripts.series.patches, "WORK", tmp_path / "work")
 
 
 def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work):

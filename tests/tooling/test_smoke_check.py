@@ -1,10 +1,10 @@
-"""The smoke job's verdict (``scripts.smoke.check``): what README says it
+"""The smoke job's verdict (``scripts.validation.smoke.check``): what README says it
 asserts — MRV2 for both rows (MiniLM by default), the input preparation this
 machine should use, DESIGN.md's cosine bar."""
 
 from __future__ import annotations
 
-from scripts.smoke import check
+from scripts.validation.smoke import check
 
 
 def row(model="all-MiniLM-L6-v2", requested="default", runner="MRV2 (native)", preparation="native",

@@ -1,5 +1,5 @@
 """Distribution wheels: name, version, RECORD, reproducibility, and each
-flavor installed into a scratch venv (``scripts.scratch_venv``) and asked
+flavor installed into a scratch venv (``scripts.validation.scratch_venv``) and asked
 what it is, as a user would (issue 15 item 1, issue 19 item 4)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts.base import REPO, load_base, wheel_name
-from scripts.scratch_venv import ScratchVenv, check_installed, tree_digests
-from scripts.series import apply_series
+from scripts.series.base import REPO, load_base, wheel_name
+from scripts.validation.scratch_venv import ScratchVenv, check_installed, tree_digests
+from scripts.series.patches import apply_series
 
 BASE = load_base()
 TAG = "cp38-abi3-manylinux_2_28_x86_64"
@@ -222,8 +222,8 @@ def test_cpu_wheel_in_a_scratch_venv_serves(recipe_venv):
     serve` starting from it and answering /version and /v1/embeddings."""
     import requests
 
-    from scripts.models import minilm_path
-    from scripts.server import VllmServer
+    from scripts.validation.models import minilm_path
+    from scripts.validation.server import VllmServer
 
     venv, root, _ = recipe_venv
     got = check_scratch_install("cpu", venv, root)

@@ -2,7 +2,7 @@
 the way an engine builds them (``EngineArgs.create_engine_config``) for local
 models, with Triton's availability set by the test. Only public names and
 names upstream has too are used, so these tests run unchanged on the
-unpatched sources of later releases (``python -m scripts.drift test-upstream``)."""
+unpatched sources of later releases (``python -m scripts.series.drift test-upstream``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def minilm():
     """all-MiniLM-L6-v2 (BertModel, encoder-only), from its package."""
-    from scripts.models import minilm_path
+    from scripts.validation.models import minilm_path
 
     return str(minilm_path())
 
@@ -20,7 +20,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory):
     """A tiny random Qwen3ForCausalLM checkpoint (decoder), MiniLM's tokenizer."""
-    from scripts.models import make_tiny_qwen3
+    from scripts.validation.models import make_tiny_qwen3
 
     return str(make_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model"))
 

@@ -11,7 +11,7 @@ def minilm_engine_config():
     """all-MiniLM-L6-v2's ``VllmConfig`` as an engine builds it (encoder-only)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    from scripts.models import minilm_path
+    from scripts.validation.models import minilm_path
 
     config = EngineArgs(model=str(minilm_path()), runner="pooling").create_engine_config()
     assert config.model_config.attn_type == "encoder_only"

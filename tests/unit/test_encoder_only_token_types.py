@@ -37,7 +37,7 @@ SINGLE = "A woman is slicing an onion."
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from scripts.models import minilm_path
+    from scripts.validation.models import minilm_path
 
     return AutoTokenizer.from_pretrained(str(minilm_path()))
 

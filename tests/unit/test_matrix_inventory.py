@@ -1,4 +1,4 @@
-"""The validation matrix's inventory (scripts/inventory.py) against the
+"""The validation matrix's inventory (scripts/validation/inventory.py) against the
 base's model registry, without an engine: every pooling architecture of the
 registry has an entry with a status, and the inventory lists nothing the
 registry does not have. Also the row definitions' shape: unique ids, one
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.inventory import NOT_INSTANTIABLE, implementing_class, inventory, registry_pooling
-from scripts.matrix_rows import CASES, FAMILIES
-from scripts.selector_cases import SELECTOR_CASES
+from scripts.validation.inventory import NOT_INSTANTIABLE, implementing_class, inventory, registry_pooling
+from scripts.validation.matrix_rows import CASES, FAMILIES
+from scripts.validation.selector_cases import SELECTOR_CASES
 
 
 def test_every_registry_pooling_architecture_has_an_entry_with_a_status():

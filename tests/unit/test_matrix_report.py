@@ -1,4 +1,4 @@
-"""The matrix's reports (scripts/matrix_report.py), without an engine: rows
+"""The matrix's reports (scripts/validation/matrix_report.py), without an engine: rows
 grouped by family with their failures first, and ``--update`` replacing rows
 by id while keeping the others."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from scripts.matrix import Row
-from scripts.matrix_report import write
+from scripts.validation.matrix import Row
+from scripts.validation.matrix_report import write
 
 
 def row(row_id, value, passed, family="encoders"):

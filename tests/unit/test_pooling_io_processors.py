@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.matrix_rows import case
+from scripts.validation.matrix_rows import case
 
 # what BgeM3EmbeddingModel's DispatchPooler declares (vllm/model_executor/models/roberta.py)
 BGE_M3_TASKS = ("token_embed", "token_classify", "embed", "embed&token_classify")

@@ -4,7 +4,7 @@ Two kinds of tests. The behavioural ones (``test_real_config_*``) build a real
 ``VllmConfig`` with ``EngineArgs.create_engine_config`` for local models (MiniLM,
 a tiny random Qwen3) and read ``VllmConfig.use_v2_model_runner``, public names
 that upstream has too: they are what ``patches/tests.toml`` maps to the patches,
-so that ``python -m scripts.drift test-upstream`` finds where upstream behaves
+so that ``python -m scripts.series.drift test-upstream`` finds where upstream behaves
 the same. The table test reads the patched ``VllmConfig.use_v2_model_runner``
 (patches 0007 and 0011) on lightweight stand-ins carrying just the fields it
 reads (``tests/unit/stand_ins.py``), and the line it logs for a model that does

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.models import copy_tokenizer
+from scripts.validation.models import copy_tokenizer
 
 
 def _checkpoint(root, name: str, architecture: str, **extra) -> str:

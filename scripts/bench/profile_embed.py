@@ -1,5 +1,5 @@
 """Profile one embed run (all-MiniLM-L6-v2 over the STS-B test sentences) of
-an engine configuration (``mrv2``, ``v1``: ``scripts.bench.ENGINES``) and of
+an engine configuration (``mrv2``, ``v1``: ``scripts.bench.cli.ENGINES``) and of
 sentence-transformers, split into where the time goes (issue 17).
 
 Two passes per system, each over the same sentences after a warm-up call:
@@ -17,7 +17,7 @@ Two passes per system, each over the same sentences after a warm-up call:
    each operator, GEMMs grouped by their weight shape (QKV, attention output,
    FFN up, FFN down), attention, activation, norms, embeddings.
 
-    python -m scripts.profile_embed [--systems mrv2,v1,sentence-transformers] [--limit N]
+    python -m scripts.bench.profile_embed [--systems mrv2,v1,sentence-transformers] [--limit N]
                                     [--rate 250] [--out reports/profile] [--engine-arg KEY=VALUE]
 
 Writes ``profile.json`` and ``profile.md`` to ``--out`` and prints the
@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 ST = "sentence-transformers"
 
@@ -251,8 +251,8 @@ def summarise_ops(rows: list[dict], d: int, f: int) -> dict[str, float]:
 
 def profile_engine(name: str, sentences: list[str], rate: int, tmp: str, engine_kwargs: dict) -> dict:
     """Both passes for engine configuration ``name``."""
-    from scripts.bench import close_engines, open_engine
-    from scripts.models import minilm_path
+    from scripts.bench.cli import close_engines, open_engine
+    from scripts.validation.models import minilm_path
 
     llm, info = open_engine(name, minilm_path(), **engine_kwargs)
     try:
@@ -286,8 +286,8 @@ def profile_st(sentences: list[str], rate: int, tmp: str, threads: int) -> dict:
     ``batch_size=64``: as ``make bench``)."""
     import torch
 
-    from scripts.bench import _st_model
-    from scripts.models import minilm_path
+    from scripts.bench.cli import _st_model
+    from scripts.validation.models import minilm_path
 
     model = _st_model(minilm_path(), threads)
     model.encode(sentences[:128], batch_size=64)
@@ -320,7 +320,7 @@ def thread_label(key) -> str:
         proc = "engine core"
     elif "Worker" in cmd:
         proc = "worker"
-    elif "profile_embed" in cmd or "scripts.bench" in cmd:
+    elif "profile_embed" in cmd or "scripts.bench.cli" in cmd:
         proc = "front end"
     else:
         proc = cmd.split("/")[-1][:24]
@@ -361,7 +361,7 @@ def report(results: dict, n: int, d: int, f: int) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.profile_embed", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.profile_embed", description=__doc__.split("\n")[0])
     parser.add_argument("--systems", default=f"mrv2,{ST}")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--rate", type=int, default=250)
@@ -372,8 +372,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    os.environ["TRITON_INTERPRET"] = "1"  # as scripts.bench: the interpreter engines validate
-    from scripts.models import minilm_path, sts_test
+    os.environ["TRITON_INTERPRET"] = "1"  # as scripts.bench.cli: the interpreter engines validate
+    from scripts.validation.models import minilm_path, sts_test
 
     sentences = sts_test().sentences[: args.limit]
     engine_kwargs = {}

@@ -9,19 +9,21 @@ built, which is how every MRV2 check here proves that MRV2 actually ran;
 ``input_preparation(llm)`` tells how that MRV2 runner prepares its inputs
 (native CPU kernels on a CPU without Triton, patch 0008; Triton kernels, compiled or
 under ``TRITON_INTERPRET=1``, otherwise). ``quiet_vllm(job)`` (from
-``scripts.quiet``) sends vLLM's output of a job to ``reports/logs/<job>.log``.
+``scripts.common.quiet``) sends vLLM's output of a job to ``reports/logs/<job>.log``.
 ``WorkerProbe`` gives a server's worker the same probes, for
-``scripts.server``.
+``scripts.validation.server``.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
-from scripts.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
+from scripts.common.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 
 # DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
 GPU_MEMORY_UTILIZATION = 0.3
@@ -178,12 +180,46 @@ def open_llm(model: str, runner: str = "default", **kwargs):
 
 def close_llm(llm) -> None:
     """Shut an engine's processes down now (before the next engine starts, and
-    so that the interpreter exits cleanly)."""
+    so that the interpreter exits cleanly). An engine that ran in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) also has its distributed state torn
+    down, so that the next engine can initialise it again."""
     import gc
 
     llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
+    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+
+
+# What ``vllm_runner`` expects to run for each ``runner`` choice: our series sends
+# pooling models to MRV2 by default (patch 0003), except those patch 0011 keeps on V1.
+EXPECTED_RUNNER = {"v2": "MRV2", "v1": "V1", "default": "MRV2"}
+
+
+@contextmanager
+def vllm_runner(model, runner: str = "default", want: str | None = None, **kwargs) -> Iterator:
+    """An offline ``vllm.LLM`` (``open_llm(model, runner, **kwargs)``) for the
+    block, closed after it (``close_llm``), also when the block raises.
+
+    Before yielding, asserts (``assert_runner``) that the worker runs ``want``
+    (``"MRV2"`` or ``"V1"``; default ``EXPECTED_RUNNER[runner]``) and, on MRV2,
+    prepares inputs the way this machine should: every engine opened through it
+    shows which runner ran. Mirrors upstream's ``VllmRunner`` fixture
+    (tests/conftest.py), with the runner as a parameter.
+
+    Raises ``ValueError`` for an unknown ``runner``, ``AssertionError`` when
+    another runner (or input preparation) ran, and what ``LLM`` raises."""
+    if runner not in RUNNER_ENV:
+        raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
+    llm = open_llm(model, runner, **kwargs)
+    try:
+        assert_runner(llm, want or EXPECTED_RUNNER[runner])
+        yield llm
+    finally:
+        close_llm(llm)
 
 
 def embed(llm, sentences: list[str], progress: bool = False, **kwargs) -> tuple[np.ndarray, float]:
@@ -281,7 +317,7 @@ def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
 
 class WorkerProbe:
     """Worker extension for servers (``vllm serve --worker-extension-cls
-    scripts.engine.WorkerProbe``): upstream mixes this class into the worker
+    scripts.validation.engine.WorkerProbe``): upstream mixes this class into the worker
     class (``WorkerWrapperBase.init_worker``), so a server started with
     ``VLLM_SERVER_DEV_MODE=1`` answers ``POST /collective_rpc {"method":
     "probe_runner_class"}`` from inside its worker, as ``LLM.collective_rpc``

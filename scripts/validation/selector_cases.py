@@ -1,6 +1,6 @@
 """Architectures vLLM's runner selection must keep off MRV2 on this machine,
 checked without an engine: a small checkpoint is made, the engine config is
-built and the selector asked (``scripts.inventory.selector_verdict``). The
+built and the selector asked (``scripts.validation.inventory.selector_verdict``). The
 reason recorded in the inventory is the one the selector logs.
 
 Each ``SelectorCase`` says what the selector must answer by default
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
-from scripts.matrix_rows import case as matrix_case
-from scripts.zoo import make_hf
+from scripts.validation.matrix_rows import case as matrix_case
+from scripts.validation.zoo import make_hf
 
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
 

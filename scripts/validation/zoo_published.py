@@ -1,6 +1,6 @@
 """Small random-weight checkpoints of the pooling architectures whose
 published checkpoints need remote code, made here in the published layout
-(the one vLLM's loaders read), all local. Sizes as ``scripts/zoo.py``
+(the one vLLM's loaders read), all local. Sizes as ``scripts/validation/zoo.py``
 (2 layers, hidden 128, heads of 64).
 
 transformers 5 ships its own ports of these models (``NomicBertModel``,
@@ -34,8 +34,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.models import atomic_dir
-from scripts.zoo import SMALL, _build, _model, save_model_and_processor
+from scripts.validation.models import atomic_dir
+from scripts.validation.zoo import SMALL, _build, _model, save_model_and_processor
 
 GELU_BERT = dict(SMALL, max_position_embeddings=512)
 # nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
@@ -98,7 +98,7 @@ def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None 
     ``NewConfig``). ``tokenizer``: ``minilm`` (BERT's, token types 2, as
     gte-*-en-v1.5) or ``bpe`` (XLM-R style, no token types, as
     gte-multilingual-*)."""
-    from scripts.zoo import vocab
+    from scripts.validation.zoo import vocab
 
     def write(tmp: Path) -> None:
         bert_like = tokenizer == "minilm"
@@ -128,7 +128,7 @@ def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from scripts.zoo import vocab
+    from scripts.validation.zoo import vocab
 
     def write(tmp: Path) -> None:
         config = dict(GELU_BERT, vocab_size=vocab("bpe"), max_position_embeddings=514, pad_token_id=1,
@@ -158,7 +158,7 @@ def spm_tokenizer(dest: Path, vocab_size: int = 1000) -> Path:
         return dest
     import sentencepiece as spm
 
-    from scripts.models import sts_test
+    from scripts.validation.models import sts_test
 
     with atomic_dir(dest) as tmp:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(sts_test().sentences),

@@ -3,10 +3,10 @@ through pip, verify their sha256 digests, cache them for reuse.
 
 Command line::
 
-    python -m scripts.base fetch [--flavor cpu|cuda|all]
-    python -m scripts.base requirements --flavor cpu   # base Requires-Dist, one a line
-    python -m scripts.base version [--flavor cuda|cpu] # e.g. 0.26.0+mrv2pool.1, 0.26.0+mrv2pool.1.cpu
-    python -m scripts.base wheel-name --flavor cpu     # vllm-0.26.0+mrv2pool.1.cpu-cp38-abi3-...whl
+    python -m scripts.series.base fetch [--flavor cpu|cuda|all]
+    python -m scripts.series.base requirements --flavor cpu   # base Requires-Dist, one a line
+    python -m scripts.series.base version [--flavor cuda|cpu] # e.g. 0.26.0+mrv2pool.1, 0.26.0+mrv2pool.1.cpu
+    python -m scripts.series.base wheel-name --flavor cpu     # vllm-0.26.0+mrv2pool.1.cpu-cp38-abi3-...whl
 
 The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
 artifact is verified every time it is used; a download is verified in a
@@ -28,7 +28,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from scripts.common.paths import REPO
+
 BASE_FILE = REPO / "patches" / "base.toml"
 FLAVORS = ("cuda", "cpu")
 # The distribution name of our wheels, every flavor: upstream's CPU builds
@@ -231,7 +232,7 @@ def base_requirements(wheel: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.base", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts")
     p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))

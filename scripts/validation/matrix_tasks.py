@@ -2,7 +2,7 @@
 checked on a case: the engine call and the transformers reference) and
 ``Case`` (a checkpoint, its engine options and tasks), the inputs, and the
 engine calls per task. The cases themselves are data in
-``scripts/matrix_rows.py``."""
+``scripts/validation/matrix_rows.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from scripts import references as ref
-from scripts.models import sts_test
+from scripts.validation.models import sts_test
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
             "decoder classifiers/rerankers", "reward", "sparse", "late interaction",

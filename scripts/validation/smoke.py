@@ -16,10 +16,10 @@ similarity with the reference over all sentences; it writes the figures to
 ``reports/smoke.json``. Exit status 1 when a model falls below DESIGN.md's
 bar (cosine 0.99999), when MRV2 did not run (both rows: MiniLM by vLLM's
 default, patch 0007; the Qwen3 as asked), or when MRV2 prepared its inputs
-otherwise than this machine should (``scripts.engine.expected_input_preparation``:
+otherwise than this machine should (``scripts.validation.engine.expected_input_preparation``:
 the native kernels of patch 0008 where Triton has no backend).
 
-    python -m scripts.smoke [--limit N]
+    python -m scripts.validation.smoke [--limit N]
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import json
 import os
 import sys
 
-from scripts.base import REPO, load_base
-from scripts.engine import (close_llm, embed, expected_input_preparation, hf_last_token_embed,
+from scripts.series.base import REPO, load_base
+from scripts.validation.engine import (close_llm, embed, expected_input_preparation, hf_last_token_embed,
                             input_preparation, open_llm, quiet_vllm, rowwise_cosine, runner_in_use,
                             st_embed, sts_spearman)
-from scripts.models import make_tiny_qwen3, minilm_path, sts_test
+from scripts.validation.models import make_tiny_qwen3, minilm_path, sts_test
 
 MIN_COSINE = 0.99999
 REPORTS = REPO / "reports"
@@ -85,7 +85,7 @@ def check(rows: list[dict], preparation: str) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
     args = parser.parse_args(argv)
     quiet_vllm("smoke")

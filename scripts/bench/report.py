@@ -1,9 +1,9 @@
-"""Reports of ``make bench`` (``scripts.bench``): ``reports/bench.json``, three
+"""Reports of ``make bench`` (``scripts.bench.cli``): ``reports/bench.json``, three
 PNG plots (throughput bars; ColBERT documents per second and time per call
 against N, log-log with a linear fit; pooling overhead against requests per
 step), ``reports/bench.md`` and the short table printed last.
 
-``report(results, out_dir)`` takes the dict ``scripts.bench`` builds; every
+``report(results, out_dir)`` takes the dict ``scripts.bench.cli`` builds; every
 section is optional, so a partial run (``--sections``) reports what it has.
 """
 
@@ -165,7 +165,7 @@ def summary(results: dict) -> str:
                     f"{ov.get('torch_threads')} thread(s)):", _table(["requests/step", *variants], orows)]
     serve = _ok(results, "serve")
     if serve:
-        from scripts.bench_server import summary_lines
+        from scripts.bench.server import summary_lines
 
         out += summary_lines(serve)
     return "\n".join(out)

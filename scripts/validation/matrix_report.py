@@ -1,7 +1,7 @@
 """Reports of the validation matrix: ``reports/matrix.md`` (what a reviewer
 reads: counts, failures, rows grouped by family, the inventory),
 ``reports/matrix.json`` and ``reports/matrix-junit.xml`` (one test case per
-row), and the runner-selection rows of ``scripts/selector_cases.py``."""
+row), and the runner-selection rows of ``scripts/validation/selector_cases.py``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import traceback
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
-from scripts.inventory import Entry, inventory, registry_pooling, selector_verdict
-from scripts.matrix import MODELS, REPORTS_DIR, Row
-from scripts.matrix_rows import FAMILIES
-from scripts.selector_cases import SELECTOR_CASES
+from scripts.validation.inventory import Entry, inventory, registry_pooling, selector_verdict
+from scripts.validation.matrix import MODELS, REPORTS_DIR, Row
+from scripts.validation.matrix_rows import FAMILIES
+from scripts.validation.selector_cases import SELECTOR_CASES
 
 SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
 
@@ -126,7 +126,7 @@ def write(rows: list[Row], selections: list[Row], wall: float, directory=None, u
     rows = rows + selections
     if update and (directory / "matrix.json").exists():
         old = json.loads((directory / "matrix.json").read_text())
-        from scripts.matrix import CASES, REAL
+        from scripts.validation.matrix import CASES, REAL
 
         known = {c.id for c in CASES} | {s.id for s in SELECTOR_CASES} | set(REAL)
         fresh = {r.id: r for r in rows}

@@ -4,11 +4,11 @@ the server's output in a log file, shutdown of the whole process group at the
 end, and questions to its worker.
 
 The worker is asked through upstream's own seams: ``--worker-extension-cls
-scripts.engine.WorkerProbe`` mixes our probe methods into the worker class,
+scripts.validation.engine.WorkerProbe`` mixes our probe methods into the worker class,
 and ``VLLM_SERVER_DEV_MODE=1`` opens ``POST /collective_rpc``, which runs a
 worker method by name (``vllm/entrypoints/serve/dev/rpc/api_router.py``).
 So ``server.runner()`` is the model runner class the server's worker built,
-as ``scripts.engine.runner_in_use`` is for an offline ``LLM``.
+as ``scripts.validation.engine.runner_in_use`` is for an offline ``LLM``.
 
     with VllmServer(model, runner="default") as server:
         requests.post(server.url("/v1/embeddings"), json=...)
@@ -25,15 +25,15 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.base import REPO
-from scripts.engine import RUNNER_ENV, runner_kind
+from scripts.series.base import REPO
+from scripts.validation.engine import RUNNER_ENV, runner_kind
 
 LOGS = REPO / ".build" / "logs"
 # The CPU worker refuses to start unless this share of the NUMA node's memory
 # is free, and reserves it. The models served here are encoder-only (no KV
 # cache), so a small share keeps several servers and engines side by side.
 SERVER_MEMORY_UTILIZATION = 0.05
-PROBE = "scripts.engine.WorkerProbe"
+PROBE = "scripts.validation.engine.WorkerProbe"
 
 
 class ServerError(RuntimeError):
@@ -60,15 +60,15 @@ class VllmServer:
     """``vllm serve MODEL`` in a process group of its own.
 
     ``runner``: ``"default"`` (vLLM's choice), ``"v2"`` or ``"v1"``, through
-    ``VLLM_USE_V2_MODEL_RUNNER`` as ``scripts.engine.select_runner`` does.
+    ``VLLM_USE_V2_MODEL_RUNNER`` as ``scripts.validation.engine.select_runner`` does.
     ``args``: more ``vllm serve`` options. ``executable``: the ``vllm`` script
     to run (default: this environment's). ``env``: the environment (default:
     ``os.environ``), to which the runner choice, ``HF_HUB_OFFLINE=1`` and,
     with ``probe``, ``VLLM_SERVER_DEV_MODE=1`` are added; ``probe`` also adds
-    ``--worker-extension-cls scripts.engine.WorkerProbe`` (``scripts`` must be
+    ``--worker-extension-cls scripts.validation.engine.WorkerProbe`` (``scripts`` must be
     importable in the worker: the repository on ``PYTHONPATH``).
     Output goes to ``log`` (default ``.build/logs/server-<name>.log``).
-    Defaults match the offline engines of ``scripts.engine.open_llm``: fp32,
+    Defaults match the offline engines of ``scripts.validation.engine.open_llm``: fp32,
     eager, seed 0; ``--gpu-memory-utilization`` is ``gpu_memory_utilization``
     (``SERVER_MEMORY_UTILIZATION`` by default)."""
 
@@ -85,7 +85,7 @@ class VllmServer:
         self.start_timeout = start_timeout
         self.env = dict(os.environ if env is None else env)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
-        # its log lines go to its own log (not to a quiet job's, scripts.quiet)
+        # its log lines go to its own log (not to a quiet job's, scripts.common.quiet)
         self.env.pop("VLLM_LOGGING_CONFIG_PATH", None)
         self.env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
         if RUNNER_ENV[runner] is not None:

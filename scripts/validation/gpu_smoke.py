@@ -30,7 +30,7 @@ imported is not this series' installed CUDA wheel); 77 no GPU here: it says
 so, writes reports whose one test case is *skipped*, and runs nothing (77 is
 "skipped" for automake-style harnesses; ci/steps/gpu-smoke.sh reports it so).
 
-    python -m scripts.gpu_smoke [--check-gpu] [--cases a,b] [--dtypes float32,bfloat16]
+    python -m scripts.validation.gpu_smoke [--check-gpu] [--cases a,b] [--dtypes float32,bfloat16]
                                 [--limit N] [--out DIR]
 
 ``--check-gpu`` only checks for a GPU (exit 0, or the 77 above).
@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from scripts.base import REPO, load_base
+from scripts.series.base import REPO, load_base
 
 SKIPPED = 77
 NOT_SET_UP = 2
@@ -110,7 +110,7 @@ class Case:
 
 
 def _pairs(limit):
-    from scripts.models import sts_test
+    from scripts.validation.models import sts_test
 
     pairs = sts_test()
     n = limit or len(pairs.first)
@@ -140,8 +140,8 @@ def _colbert_scores(llm, pairs):
 def _colbert_reference(model, pairs):
     import numpy as np
 
-    from scripts.engine import maxsim
-    from scripts.models import colbert_reference
+    from scripts.validation.engine import maxsim
+    from scripts.validation.models import colbert_reference
 
     query, *docs = colbert_reference(model, [pairs.first[0]] + pairs.second)
     return np.asarray([maxsim(query, d) for d in docs], dtype=np.float32)
@@ -171,7 +171,7 @@ def compare(kind: str, dtype: str, got, ref) -> tuple[str, float, float, bool]:
     """(metric, value, tolerance, passed) of outputs against the reference."""
     import numpy as np
 
-    from scripts.engine import rowwise_cosine
+    from scripts.validation.engine import rowwise_cosine
 
     if got.shape != ref.shape:
         raise AssertionError(f"output shape {got.shape} differs from the reference's {ref.shape}")
@@ -189,7 +189,7 @@ def compare(kind: str, dtype: str, got, ref) -> tuple[str, float, float, bool]:
 def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Row:
     """One case on one runner and dtype; never raises (a row that cannot run
     fails with its reason)."""
-    from scripts.engine import GPU_MEMORY_UTILIZATION, assert_runner, close_llm, cudagraph_mode, open_llm
+    from scripts.validation.engine import GPU_MEMORY_UTILIZATION, assert_runner, close_llm, cudagraph_mode, open_llm
 
     row = Row(case.name, case.model, runner, dtype, "", 0.0, unit=case.unit)
     start = time.perf_counter()
@@ -220,7 +220,7 @@ def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Ro
 
 
 def _spearman(row: Row, got, ref, pairs, gate: bool) -> None:
-    from scripts.engine import sts_spearman
+    from scripts.validation.engine import sts_spearman
 
     n = len(pairs.first)
     ours, theirs = sts_spearman(got[:n], got[n:], pairs.gold), sts_spearman(ref[:n], ref[n:], pairs.gold)
@@ -287,7 +287,7 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.gpu_smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.gpu_smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--check-gpu", action="store_true", help="only check for a GPU (0; 77 without)")
     parser.add_argument("--cases", default=None, help="comma-separated: embed,cross-encoder,colbert,qwen3-embed")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
         print(f"gpu-smoke: not set up: {problem}", file=sys.stderr)
         return NOT_SET_UP
 
-    from scripts.engine import engine_env
+    from scripts.validation.engine import engine_env
 
     engine_env()
     cases = _cases()

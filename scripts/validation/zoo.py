@@ -1,12 +1,12 @@
 """Small random-weight checkpoints of every pooling architecture the
-validation matrix runs (``scripts/matrix_rows.py``), made at run time with
+validation matrix runs (``scripts/validation/matrix_rows.py``), made at run time with
 transformers, all local.
 
 Every checkpoint has 2 layers, hidden size 128 and attention heads of 64
 (the CPU attention backend needs head_dim >= 64), fp32, and is saved with
 ``save_pretrained`` (or, for layouts transformers has no class for, as the
 published checkpoints lay them out: safetensors plus ``config.json``). The
-tokenizer is MiniLM's (BERT WordPiece, ``scripts.models.copy_tokenizer``)
+tokenizer is MiniLM's (BERT WordPiece, ``scripts.validation.models.copy_tokenizer``)
 unless the architecture's embeddings need their own: RoBERTa / XLM-R
 position ids start after ``padding_idx`` and their pair encoding has no
 token type ids, so those checkpoints get a RoBERTa-style byte-level BPE
@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from scripts.base import REPO
-from scripts.models import atomic_dir, copy_tokenizer, sts_test
+from scripts.series.base import REPO
+from scripts.validation.models import atomic_dir, copy_tokenizer, sts_test
 
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
 DECODER = dict(SMALL, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,

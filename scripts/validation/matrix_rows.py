@@ -1,12 +1,12 @@
 """The validation matrix's rows, as data: one ``Case`` per (checkpoint,
 engine options), each with the pooling tasks it is checked on. ``make
-matrix`` (``scripts/matrix.py``) opens one engine per case and runner and
+matrix`` (``scripts/validation/matrix.py``) opens one engine per case and runner and
 runs every task through it; the tests (``tests/e2e/test_matrix.py``) are
 generated from the same cases (``smoke=True``: the family's row in ``make
 test``).
 
 A case names its architecture as ``config.json`` (or ``hf_overrides``)
-does, so that ``scripts/inventory.py`` can map it to the registry's
+does, so that ``scripts/validation/inventory.py`` can map it to the registry's
 implementing class. ``default`` is the runner vLLM must pick when
 ``VLLM_USE_V2_MODEL_RUNNER`` is unset on a CPU without Triton: ``MRV2``,
 or ``V1`` for models MRV2 cannot serve (then only that run is made).
@@ -18,12 +18,12 @@ from __future__ import annotations
 from functools import partial
 
 from scripts import references as ref
-from scripts.matrix_tasks import (BPE, CLASSIFY, EMBED_CLS, EMBED_LAST, EMBED_MEAN, FAMILIES, MEAN, MINILM,  # noqa: F401
+from scripts.validation.matrix_tasks import (BPE, CLASSIFY, EMBED_CLS, EMBED_LAST, EMBED_MEAN, FAMILIES, MEAN, MINILM,  # noqa: F401
                                   SCORE, TOKEN_CLASSIFY, TOKEN_EMBED, TOKEN_TYPES, Case, T, Task, inputs,
                                   run_encode, run_mm_embed, run_siglip_text)
-from scripts.models import make_tiny_colbert
-from scripts.zoo import make_clip, make_custom, make_hf
-from scripts.zoo_published import make_gte, make_jina_colbert, make_nomic, make_siglip
+from scripts.validation.models import make_tiny_colbert
+from scripts.validation.zoo import make_clip, make_custom, make_hf
+from scripts.validation.zoo_published import make_gte, make_jina_colbert, make_nomic, make_siglip
 
 
 bert = partial(make_hf, config_cls="BertConfig", model_cls="BertModel", max_position_embeddings=512)

@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 STS_TEST = Path(os.environ.get("STS_DATA", REPO.parent / "shared" / "data" / "stsbenchmark")) / "sts-test.csv"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")

@@ -28,7 +28,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 LOGS = REPO / "reports" / "logs"
 

@@ -33,7 +33,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.base import REPO, Base, BaseError, fetch, load_base
+from scripts.series.base import REPO, Base, BaseError, fetch, load_base
 
 PATCHES = REPO / "patches"
 SERIES = PATCHES / "series"
@@ -124,7 +124,7 @@ def version_file(version: str) -> str:
     """Contents of ``vllm/_version.py`` for a distribution version."""
     parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+]", version))
     return (
-        "# Written by scripts/series.py: the pinned base plus the patch series.\n"
+        "# Written by scripts/series/patches.py: the pinned base plus the patch series.\n"
         f"__version__ = version = {version!r}\n"
         f"__version_tuple__ = version_tuple = {parts!r}\n"
         "__commit_id__ = commit_id = None\n"
@@ -263,7 +263,7 @@ class Patch:
     def read(cls, path: Path) -> "Patch":
         text = path.read_text()
         i = text.find("\ndiff --git ")
-        if i < 0:  # a new patch, header only (scripts.series new)
+        if i < 0:  # a new patch, header only (scripts.series.patches new)
             i = len(text) - 1
         head = text[: i + 1]
         # the header ends at git format-patch's '---' line; the diffstat after it is regenerated

@@ -5,7 +5,7 @@
    worker asked which runner it built; upstream's own client, ``vllm bench
    serve --backend openai-embeddings`` (``/v1/embeddings``), sends 2,000
    requests of mixed lengths made of STS-B sentences
-   (``scripts.models.mixed_length_texts``, a ``custom`` dataset) from 64
+   (``scripts.validation.models.mixed_length_texts``, a ``custom`` dataset) from 64
    concurrent clients, as fast as the server takes them. One warm-up run
    each, then ``reps`` rounds alternating the servers (the order rotating);
    median requests/s and p50/p99 end-to-end latency, and MRV2/V1.
@@ -38,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
 MEMORY_REQUESTS, MEMORY_DISCONNECTS, MEMORY_CONCURRENCY, MEMORY_SAMPLE_EVERY = 5000, 100, 16, 500
@@ -47,8 +47,8 @@ EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 
 def server_env() -> dict:
     """The servers' environment: this process's without ``TRITON_INTERPRET``
-    (``scripts.bench`` sets it for its own engines), so MRV2 runs as users
-    get it (``scripts.engine.expected_input_preparation``)."""
+    (``scripts.bench.cli`` sets it for its own engines), so MRV2 runs as users
+    get it (``scripts.validation.engine.expected_input_preparation``)."""
     return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
 
@@ -65,7 +65,7 @@ def vllm_bench_serve(server, dataset: Path, requests: int, concurrency: int, out
     ``server`` with ``dataset``; return its saved result (``request_throughput``
     in requests/s, ``p50_e2el_ms``/``p99_e2el_ms``, ``completed``, ``failed``...).
     Its output goes to the log (``vllm bench serve`` prints its own table)."""
-    from scripts.server import vllm_executable
+    from scripts.validation.server import vllm_executable
 
     cmd = [vllm_executable(), "bench", "serve", "--backend", "openai-embeddings", "--endpoint", "/v1/embeddings",
            "--host", "127.0.0.1", "--port", str(server.port), "--model", server.served_model(),
@@ -85,8 +85,8 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
     """Section 1 (see the module docstring): per server configuration
     (``mrv2``: vLLM's default runner, ``v1``), the runner its worker built
     and each round's figures; medians and the MRV2/V1 ratios."""
-    from scripts.models import minilm_path, mixed_length_texts
-    from scripts.server import VllmServer
+    from scripts.validation.models import minilm_path, mixed_length_texts
+    from scripts.validation.server import VllmServer
 
     texts = mixed_length_texts(sentences, requests)
     env = server_env()
@@ -152,8 +152,8 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     were not 200, and the worker's late-interaction state at the end."""
     import requests as http
 
-    from scripts.models import make_tiny_colbert
-    from scripts.server import VllmServer
+    from scripts.validation.models import make_tiny_colbert
+    from scripts.validation.server import VllmServer
 
     model = make_tiny_colbert(REPO / ".build" / "models" / "tiny-hf-colbert")
     rng = random.Random(0)
@@ -234,7 +234,7 @@ def bar_steps(reps: int, quick: bool) -> int:
 
 
 def summary_lines(sec: dict) -> list[str]:
-    """Markdown lines of the section for ``scripts.bench_report``."""
+    """Markdown lines of the section for ``scripts.bench.report``."""
     out = []
     load = sec.get("load")
     if load:

@@ -40,18 +40,18 @@ rotating each round, one warm-up call each first; medians reported):
    documents: documents per second, the query
    encodings per call (counted in the worker), and how the time grows with
    N (log-log slope, linear fit).
-3. ``overhead``: ``scripts.pool_overhead`` in a process of its own: host time
+3. ``overhead``: ``scripts.bench.pool_overhead`` in a process of its own: host time
    of one pooling step without the model forward, MRV2 against V1, 1 to 256
    requests per step.
 4. ``serve``: ``vllm serve`` under load, MRV2 and V1 servers side by side
    through upstream's ``vllm bench serve``, and a server's resident memory
    over 5,000 late-interaction requests with clients hanging up
-   (``scripts.bench_server``).
+   (``scripts.bench.server``).
 
 Outputs: ``reports/bench.json`` (with the machine's description),
 ``reports/bench-throughput.png``, ``reports/bench-colbert.png``,
 ``reports/bench-overhead.png``, ``reports/bench.md``; a short table printed
-last (``scripts.bench_report``).
+last (``scripts.bench.report``).
 
     python -m scripts.bench [--reps 3] [--colbert-reps 5] [--limit N] [--quick] [--sections embed,token_embed,colbert,overhead,serve]
                             [--all-engines] [--engines v1,mrv2-interpreter,mrv2] [--out reports]
@@ -72,7 +72,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from scripts.base import REPO
+from scripts.series.base import REPO
 
 REPORTS = REPO / "reports"
 # Encoder-only models have no KV cache; a small reservation keeps several
@@ -141,7 +141,7 @@ def worker_probe(worker) -> dict:
     preparation (patch 0008) is active, torch threads."""
     import torch
 
-    from scripts.engine import runner_class
+    from scripts.validation.engine import runner_class
     from vllm.triton_utils import importing
 
     try:
@@ -281,7 +281,7 @@ def open_engine(name: str, model, **kwargs) -> tuple[object, dict]:
     return the ``LLM`` and what its worker reports (``worker_probe``) plus
     ``runner`` ("MRV2"/"V1"), ``requested`` and ``runner_as_requested``.
     ``kwargs`` go to ``LLM``."""
-    from scripts.engine import open_llm, runner_in_use
+    from scripts.validation.engine import open_llm, runner_in_use
 
     spec = ENGINES[name]
     kwargs.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION)
@@ -317,7 +317,7 @@ def open_engines(names, model, **kwargs) -> tuple[dict, dict]:
 
 def close_engines(llms: dict) -> None:
     """Shut every engine of ``llms`` down (its processes end now)."""
-    from scripts.engine import close_llm
+    from scripts.validation.engine import close_llm
 
     for llm in llms.values():
         close_llm(llm)
@@ -385,7 +385,7 @@ def bench_sentences(task: str, sentences: list[str], reps: int, bar, engines=tup
     FLOPs, the worker's matmul rate and the fraction achieved."""
     import torch
 
-    from scripts.models import minilm_path
+    from scripts.validation.models import minilm_path
 
     model = minilm_path()
     engine_kwargs = {"pooler_config": {"task": "token_embed"}} if task == "token_embed" else {}
@@ -481,8 +481,8 @@ def bench_colbert(sentences: list[str], doc_counts: list[int], reps: int, bar,
     """``LLM.score`` with a tiny random ``HF_ColBERT``: 1 query and N
     documents, the ``engines`` configurations interleaved; documents per
     second, query encodings per call, growth with N."""
-    from scripts.engine import count_late_interaction_requests, late_interaction_counts
-    from scripts.models import make_tiny_colbert
+    from scripts.validation.engine import count_late_interaction_requests, late_interaction_counts
+    from scripts.validation.models import make_tiny_colbert
 
     model = make_tiny_colbert(REPO / ".build" / "models" / "tiny-hf-colbert")
     query, docs = sentences[0], sentences[1:]
@@ -515,11 +515,11 @@ def bench_colbert(sentences: list[str], doc_counts: list[int], reps: int, bar,
 
 
 def bench_overhead(threads: int | None, sizes, budget: float) -> dict:
-    """``scripts.pool_overhead`` in a process of its own (it patches torch as
+    """``scripts.bench.pool_overhead`` in a process of its own (it patches torch as
     a CPU worker does), with the engines' worker thread count."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "overhead.json")
-        cmd = [sys.executable, "-m", "scripts.pool_overhead", "--json", path, "--budget", str(budget),
+        cmd = [sys.executable, "-m", "scripts.bench.pool_overhead", "--json", path, "--budget", str(budget),
                "--sizes", ",".join(map(str, sizes))]
         if threads:
             cmd += ["--threads", str(threads)]
@@ -571,7 +571,7 @@ def main(argv=None) -> int:
         args.limit, args.reps, args.colbert_reps, args.overhead_budget = args.limit or 256, 1, 1, 0.1
 
     started = time.perf_counter()
-    from scripts.engine import quiet_vllm
+    from scripts.validation.engine import quiet_vllm
 
     quiet_vllm("bench")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -582,8 +582,8 @@ def main(argv=None) -> int:
     os.environ["TRITON_INTERPRET"] = "1"
     from tqdm import tqdm
 
-    from scripts.bench_report import report
-    from scripts.models import sts_test
+    from scripts.bench.report import report
+    from scripts.validation.models import sts_test
 
     sentences = sts_test().sentences[: args.limit]
     doc_counts = [n for n in DOC_COUNTS if n < len(sentences) and (not args.quick or n <= 64)]
@@ -600,7 +600,7 @@ def main(argv=None) -> int:
     reps = {"embed": args.reps, "token_embed": args.reps, "colbert": args.colbert_reps}
     total = sum(reps[k] * n for k, n in n_calls.items() if k in sections)
     if "serve" in sections:
-        from scripts.bench_server import bar_steps
+        from scripts.bench.server import bar_steps
 
         total += bar_steps(args.reps, args.quick)
     print(f"== make bench: {len(sentences)} STS-B sentences; engines side by side, {args.reps} "
@@ -626,7 +626,7 @@ def main(argv=None) -> int:
             results["colbert"] = _section("colbert", bench_colbert, sentences, doc_counts, args.colbert_reps, bar,
                                           later)
         if "serve" in sections:
-            from scripts.bench_server import bench_serve
+            from scripts.bench.server import bench_serve
 
             bar.set_description("serve")
             results["serve"] = _section("serve", bench_serve, sts_test().sentences, args.reps, bar, args.quick)

@@ -37,7 +37,7 @@ the two runners are checked to be equal before timing.
 
 Run it in a process of its own (it patches torch as a CPU worker does):
 
-    python -m scripts.pool_overhead [--sizes 1,4,16,64,256] [--variants ...] [--json PATH]
+    python -m scripts.bench.pool_overhead [--sizes 1,4,16,64,256] [--variants ...] [--json PATH]
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ def measure(variants=VARIANTS, sizes=BATCH_SIZES, budget_s: float = 1.0, min_ite
 
 def main(argv=None) -> int:
     """Command line: run ``measure`` and print or write (``--json``) its result."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.pool_overhead", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.pool_overhead", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, BATCH_SIZES)), help="requests per step")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timing per row (both runners)")

@@ -1,0 +1,1 @@
+"""Mechanisms the series tooling, the validation jobs and the benchmarks share."""
