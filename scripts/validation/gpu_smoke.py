@@ -148,7 +148,7 @@ def _colbert_reference(model, pairs):
 
 
 def _cases() -> dict[str, Case]:
-    from scripts import engine, models
+    from scripts.validation import engine, models
 
     return {c.name: c for c in [
         Case("embed", "all-MiniLM-L6-v2", "sentences/s", "vectors", models.minilm_path, _pairs,

@@ -315,7 +315,7 @@ def run_row(row_id: str) -> Row:
 
 
 def main(argv=None) -> int:
-    from scripts import matrix_report
+    from scripts.validation import matrix_report
 
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n")[0])
     parser.add_argument("--cases", help="comma-separated case ids (default: all)")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from scripts import references as ref
+from scripts.validation import references as ref
 from scripts.validation.matrix_tasks import (BPE, CLASSIFY, EMBED_CLS, EMBED_LAST, EMBED_MEAN, FAMILIES, MEAN, MINILM,  # noqa: F401
                                   SCORE, TOKEN_CLASSIFY, TOKEN_EMBED, TOKEN_TYPES, Case, T, Task, inputs,
                                   run_encode, run_mm_embed, run_siglip_text)

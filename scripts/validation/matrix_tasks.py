@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from scripts import references as ref
+from scripts.validation import references as ref
 from scripts.validation.models import sts_test
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts import references as ref
+from scripts.validation import references as ref
 from scripts.validation.engine import assert_runner, close_llm, open_llm
 from scripts.validation.matrix import max_abs_error
 from scripts.validation.matrix_rows import case

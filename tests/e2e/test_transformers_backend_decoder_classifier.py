@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts import references as ref
+from scripts.validation import references as ref
 from scripts.validation.engine import assert_runner, close_llm, open_llm
 from scripts.validation.zoo import make_hf
 
