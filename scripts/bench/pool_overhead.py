@@ -115,24 +115,9 @@ def _params(variant: str, task: str, i: int):
 
 
 def _model(pooler):
-    import torch
+    from scripts.validation.stand_ins import StandInPoolingModel
 
-    class PoolingModel(torch.nn.Module):
-        """What vLLM's ``is_pooling_model`` checks for, and the pooler."""
-
-        is_pooling_model = True
-
-        def __init__(self, pooler, *, vllm_config=None):
-            super().__init__()
-            self.pooler = pooler
-
-        def embed_input_ids(self, input_ids):
-            raise NotImplementedError
-
-        def forward(self, input_ids, positions):
-            raise NotImplementedError
-
-    return PoolingModel(pooler)
+    return StandInPoolingModel(pooler=pooler)
 
 
 def _seed_query(li_runner) -> None:

@@ -31,6 +31,7 @@ from vllm.model_executor.layers.pooler.special import DispatchPooler
 from vllm.pooling_params import PoolingParams
 from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
+from scripts.validation.stand_ins import StandInPoolingModel
 from tests.unit.stand_ins import minilm_engine_config
 
 DEVICE = torch.device("meta")
@@ -81,25 +82,9 @@ class Recording(torch.nn.Module):
         return self.pooler(hidden_states, pooling_metadata)
 
 
-class StandInModel(torch.nn.Module):
-    """What vLLM's is_pooling_model checks for, with a real pooler."""
-
-    is_pooling_model = True
-
-    def __init__(self, *, vllm_config=None, pooler=None):
-        super().__init__()
-        self.pooler = pooler
-
-    def embed_input_ids(self, input_ids):
-        raise NotImplementedError
-
-    def forward(self, input_ids, positions):
-        raise NotImplementedError
-
-
 def device_runner(config, pooler) -> tuple[PoolingRunner, Recording]:
     recording = Recording(pooler)
-    return PoolingRunner(StandInModel(pooler=recording), config), recording
+    return PoolingRunner(StandInPoolingModel(pooler=recording), config), recording
 
 
 def step(prompts: list[list[int]], scheduled: list[int]):

@@ -31,6 +31,8 @@ from vllm.v1.pool.late_interaction import (build_late_interaction_doc_params,
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
+from scripts.validation.stand_ins import StandInPoolingModel
+
 VOCAB = 50
 MAX_REQS = 8
 
@@ -58,26 +60,9 @@ class RecordingPooler:
         return hidden_states[cursor.last_token_indices_gpu]
 
 
-class StandInModel(torch.nn.Module):
-    """Has what vLLM's is_pooling_model checks for: a vllm_config init keyword,
-    embed_input_ids, forward and is_pooling_model."""
-
-    is_pooling_model = True
-
-    def __init__(self, *, vllm_config=None, pooler=None):
-        super().__init__()
-        self.pooler = pooler
-
-    def embed_input_ids(self, input_ids):
-        raise NotImplementedError
-
-    def forward(self, input_ids, positions):
-        raise NotImplementedError
-
-
 def make_runner(attn_type="encoder_only", tasks=("embed", "classify", "token_classify", "token_embed"),
                 task=None):
-    model = StandInModel(pooler=RecordingPooler(tasks))
+    model = StandInPoolingModel(pooler=RecordingPooler(tasks))
     model_config = SimpleNamespace(attn_type=attn_type, pooler_config=SimpleNamespace(task=task),
                                    architectures=["BertModel"], get_vocab_size=lambda: VOCAB)
     model_config.get_pooling_task = lambda supported: ModelConfig.get_pooling_task(model_config, supported)
