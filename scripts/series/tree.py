@@ -1,0 +1,200 @@
+"""Trees of the series: the base wheel extracted with the patches applied
+strictly (``git apply``, no fuzz), ``vllm/`` produced by ``apply`` with its
+stamp (inputs and tree digests), and its state (``status``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from scripts.common.paths import BUILD, REPO
+from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.diff import parse_diff
+from scripts.series.patchfile import PATCHES, Patch, PatchDoesNotApply, SeriesError, read_series
+
+# Scratch trees of apply, lint, refresh and drift.
+WORK = BUILD
+
+
+def run_git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """``git <args>`` in ``cwd`` as a plain tool on a plain directory (text
+    output captured). Raises ``SeriesError`` with git's stderr when it fails
+    and ``check``."""
+    # GIT_CEILING_DIRECTORIES keeps git from finding this repository above a
+    # staging tree: `git apply` must treat the tree as a plain directory.
+    # The user's git configuration (signing, excludes, autocrlf) must not
+    # change what the tooling computes.
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(cwd).resolve().parent),
+               LC_ALL="C", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and proc.returncode != 0:
+        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{proc.stderr}")
+    return proc
+
+
+def failing_hunk(patch: Path, git_stderr: str) -> str:
+    """The ``@@ ... @@`` header of the hunk git reports as failing, with its file."""
+    m = re.search(r"patch failed: (\S+):(\d+)", git_stderr)
+    if not m:
+        m2 = re.search(r"error: (\S+): (No such file or directory|does not exist in index|already exists)", git_stderr)
+        return f"file {m2.group(1)}: {m2.group(2)}" if m2 else git_stderr.strip()
+    path, line = m.group(1), int(m.group(2))
+    for fd in parse_diff(Patch.read(patch).diff):
+        if (fd.new or fd.old) == path:
+            for hunk in fd.hunks:
+                if hunk.old_start == line:
+                    return f"{path}: hunk {hunk.header}"
+    return f"{path}: hunk at line {line}"
+
+
+def apply_patch(patch: Path, root: Path) -> None:
+    """Apply one patch strictly to ``root``; ``PatchDoesNotApply`` names the hunk.
+
+    The check runs first, so a failing patch changes nothing in ``root``.
+    A header-only patch (just made by ``new``) changes nothing.
+    """
+    if not Patch.read(patch).diff:
+        return
+    proc = run_git(["apply", "--check", "--verbose", str(patch)], cwd=root, check=False)
+    if proc.returncode != 0:
+        raise PatchDoesNotApply(
+            f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
+            f"git apply said:\n{proc.stderr.strip()}\n"
+            "Its context lines no longer match the base plus the patches before it "
+            "in patches/series: fix them in the patch file (git apply --verbose "
+            "shows where it fails), then apply again."
+        )
+    run_git(["apply", str(patch)], cwd=root)
+
+
+def version_file(version: str) -> str:
+    """Contents of ``vllm/_version.py`` for a distribution version."""
+    parts = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.+]", version))
+    return (
+        "# Written by scripts/series/patches.py: the pinned base plus the patch series.\n"
+        f"__version__ = version = {version!r}\n"
+        f"__version_tuple__ = version_tuple = {parts!r}\n"
+        "__commit_id__ = commit_id = None\n"
+    )
+
+
+def extract_base(wheel: Path, dest: Path, version: str) -> Path:
+    """Extract the ``vllm`` package of a base wheel into ``dest/vllm`` and write
+    its ``_version.py`` for ``version``. Returns ``dest/vllm``."""
+    extract_wheel(wheel, dest, lambda name: name.startswith("vllm/"))
+    (dest / "vllm" / "_version.py").write_text(version_file(version))
+    return dest / "vllm"
+
+
+def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
+               patches_dir: Path = PATCHES) -> Path:
+    """Extract the base of ``flavor`` into ``dest`` and apply ``names`` (the whole
+    series by default) in order. Returns ``dest/vllm``."""
+    wheel = fetch(base.artifact(flavor))
+    tree = extract_base(wheel, dest, base.flavor_version(flavor))
+    for name in read_series(patches_dir / "series") if names is None else names:
+        apply_patch(patches_dir / name, dest)
+    return tree
+
+
+def inputs_digest(base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+    """sha256 over what a tree is made of: the base artifact's pinned digest,
+    the distribution version, the series and every patch in it."""
+    h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.flavor_version(flavor)}\0".encode())
+    names = read_series(patches_dir / "series")
+    for name in names:
+        h.update(name.encode() + b"\0" + (patches_dir / name).read_bytes())
+    return h.hexdigest()
+
+
+def stamp_path(out: Path) -> Path:
+    """The stamp file ``apply`` writes beside the tree ``out``."""
+    return out.parent / f".{out.name}.applied"
+
+
+def tree_state(out: Path, base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+    """``absent``, ``unknown`` (no stamp: not made by apply), ``edited`` (changed
+    since it was applied or refreshed), ``stale`` (the series or the base
+    changed since) or ``current``."""
+    out = Path(out)
+    if not out.exists():
+        return "absent"
+    stamp = stamp_path(out)
+    if not stamp.exists():
+        return "unknown"
+    recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
+    if tree_digest(out) != recorded_tree:
+        return "edited"
+    if recorded_inputs != f"{flavor} {inputs_digest(base, flavor, patches_dir)}":
+        return "stale"
+    return "current"
+
+
+def stamped_flavor(out: Path) -> str | None:
+    """The flavor ``out`` was applied with, from its stamp."""
+    stamp = stamp_path(Path(out))
+    return stamp.read_text().split(" ", 1)[0] if stamp.exists() else None
+
+
+def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path = PATCHES,
+                 base: Base | None = None, force: bool = False) -> Path:
+    """Produce ``out`` (``vllm/`` by default): the base of ``flavor`` with the
+    series applied. Returns ``out``.
+
+    The tree is built in a staging directory beside ``out`` and swapped in only
+    when every patch applied, so on any error ``out`` is left as it was. A
+    stamp beside ``out`` records the inputs and the tree digest: when the
+    inputs are unchanged nothing is done, and a tree edited since it was
+    applied, or not made by apply, is not overwritten (``SeriesError``:
+    refresh the edits into a patch first). ``force`` rebuilds in every case,
+    discarding edits."""
+    base = base or load_base()
+    out = Path(out).resolve()
+    want = f"{flavor} {inputs_digest(base, flavor, patches_dir)}"
+    stamp = stamp_path(out)
+    if out.exists() and not force:
+        if not stamp.exists():
+            raise SeriesError(
+                f"{out} exists but was not made by apply (no {stamp.name}); "
+                "replace it with apply --force, or move it away first."
+            )
+        recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
+        if recorded_inputs == want:
+            return out
+        if tree_digest(out) != recorded_tree:
+            raise SeriesError(
+                f"{out} has edits that are not in the series; re-applying would lose "
+                "them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
+                "or discard them (apply --force)."
+            )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".staging-"))
+    try:
+        tree = build_tree(base, flavor, staging, patches_dir=patches_dir)
+        digest = tree_digest(tree)
+        old = None
+        if out.exists():
+            old = out.parent / f".old-{out.name}-{os.getpid()}"
+            os.rename(out, old)
+        os.rename(tree, out)
+        stamp.write_text(f"{want} {digest}")
+        if old:
+            shutil.rmtree(old)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over the sorted relative paths and contents of every file under root."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
