@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import email
+import zipfile
+
 import pytest
 
-from scripts.series.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, fetch,
-                          load_base, sha256_file, wheel_name)
+from scripts.series.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel,
+                                 fetch, load_base, sha256_file, split_requirements, wheel_name)
 from scripts.series.patches import apply_series, tree_digest
 from tests.conftest import FAKE_FILES, make_wheel
 
@@ -101,3 +104,34 @@ def test_missing_artifact_names_it(tmp_path, fake_base):
         fetch(art, cache, ("--no-index", "--find-links", str(empty)))
     assert art.filename in str(e.value) and "fakevllm==1.0.0" in str(e.value)
     assert list(cache.iterdir()) == []
+
+
+def test_split_requirements_takes_the_extra_out_of_the_marker():
+    """The one Requires-Dist parser (packaging) of base_requirements and setup.py."""
+    meta = email.message_from_string(
+        "Metadata-Version: 2.1\nName: x\nVersion: 1\n"
+        "Requires-Dist: a>=1\n"
+        'Requires-Dist: b; python_version < "3.12"\n'
+        'Requires-Dist: c[x]>=2; extra == "audio"\n'
+        'Requires-Dist: d; python_version < "3.12" and extra == "audio"\n'
+        "Provides-Extra: audio\nProvides-Extra: empty\n")
+    install, extras = split_requirements(meta)
+    assert install == ["a>=1", 'b; python_version < "3.12"']
+    assert extras == {"audio": ["c[x]>=2", 'd; python_version < "3.12"'], "empty": []}
+    meta.add_header("Requires-Dist", 'e; extra == "audio" or extra == "empty"')
+    with pytest.raises(ValueError, match="e; extra"):
+        split_requirements(meta)
+
+
+def test_extract_wheel_keeps_permission_bits(tmp_path):
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        tool = zipfile.ZipInfo("vllm/tool")
+        tool.external_attr = 0o755 << 16
+        zf.writestr(tool, "#!/bin/sh\n")
+        zf.writestr("vllm/a.py", "A = 1\n")
+        zf.writestr("other/b.py", "B = 1\n")
+    names = extract_wheel(wheel, tmp_path / "out", lambda n: n.startswith("vllm/"))
+    assert sorted(names) == ["vllm/a.py", "vllm/tool"]
+    assert (tmp_path / "out" / "vllm" / "tool").stat().st_mode & 0o777 == 0o755
+    assert not (tmp_path / "out" / "other").exists()

@@ -247,6 +247,20 @@ def test_command_line_writes_reports_and_sets_exit_status(tmp_path, fake_base, r
     assert drift.main(["--upstream", str(tmp_path / "nothing"), *args]) == 2  # not a tree: error
 
 
+def test_command_line_subcommands_and_their_options():
+    """``make drift`` gives no subcommand (check); options before a subcommand
+    are kept, test-upstream takes its own."""
+    args = drift.cli.parse_args(["--upstream", "/src", "--releases", "all"])
+    assert (args.cmd, args.upstream, args.releases, args.patch) == ("check", Path("/src"), "all", None)
+    args = drift.cli.parse_args(["--releases", "none", "check", "--upstream", "/src"])
+    assert (args.cmd, args.releases, args.upstream) == ("check", "none", Path("/src"))
+    args = drift.cli.parse_args(["test-upstream", "--releases", "0.28.0", "--patch", "a", "--patch", "b",
+                                 "--ref", "HEAD"])
+    assert (args.cmd, args.releases, args.patch, args.ref) == ("test-upstream", "0.28.0", ["a", "b"], "HEAD")
+    with pytest.raises(SystemExit):
+        drift.cli.parse_args(["test-upstream", "--upstream", "/src"])  # a check option
+
+
 # --- diffs, versions, fetching ------------------------------------------------------------
 
 

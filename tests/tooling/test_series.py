@@ -141,13 +141,20 @@ def test_refresh_topmost_round_trip(tmp_path, fake_base, patches_dir, repo_work)
     assert tree_files(apply_series("cpu", out, patches_dir, base)) == edited
 
 
-def test_refresh_named_patch_below_a_later_one(tmp_path, fake_base, patches_dir, repo_work):
-    """An edit to config.py goes into 0001 although 0002 also changes config.py."""
+def edit_applied_config(tmp_path, fake_base, patches_dir, old: str, new: str):
+    """The two-patch series applied to ``tmp_path/vllm``, then ``old`` replaced
+    by ``new`` in its config.py; returns (base, the tree)."""
     base, _ = fake_base
     two_patches(patches_dir)
     out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
     cfg = out / "config.py"
-    cfg.write_text(cfg.read_text().replace("OPTION_12 = 12\n", "OPTION_12 = 1200\n"))
+    cfg.write_text(cfg.read_text().replace(old, new))
+    return base, out
+
+
+def test_refresh_named_patch_below_a_later_one(tmp_path, fake_base, patches_dir, repo_work):
+    """An edit to config.py goes into 0001 although 0002 also changes config.py."""
+    base, out = edit_applied_config(tmp_path, fake_base, patches_dir, "OPTION_12 = 12\n", "OPTION_12 = 1200\n")
     edited = tree_files(out)
     p2 = (patches_dir / "0002-runner.patch").read_text()
 
@@ -160,11 +167,7 @@ def test_refresh_named_patch_below_a_later_one(tmp_path, fake_base, patches_dir,
 
 def test_refresh_that_cannot_reproduce_the_tree_writes_nothing(tmp_path, fake_base, patches_dir, repo_work):
     """Folding into 0001 an edit to the very line 0002 changes cannot give back the tree."""
-    base, _ = fake_base
-    two_patches(patches_dir)
-    out = apply_series("cpu", tmp_path / "vllm", patches_dir, base)
-    cfg = out / "config.py"
-    cfg.write_text(cfg.read_text().replace("OPTION_30 = 3000\n", "OPTION_30 = 4000\n"))
+    base, out = edit_applied_config(tmp_path, fake_base, patches_dir, "OPTION_30 = 3000\n", "OPTION_30 = 4000\n")
     p1 = (patches_dir / "0001-config.patch").read_text()
     with pytest.raises(SeriesError):
         refresh("0001-config.patch", out, "cpu", patches_dir, base)
