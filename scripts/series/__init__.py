@@ -1,3 +1,14 @@
-"""The patch series on the pinned base: ``base`` (the pinned release),
-``patches`` (apply, status, new, refresh, lint: ``python -m scripts.series``)
-and ``drift`` (the series against newer upstream releases)."""
+"""The patch series on the pinned base.
+
+- ``base``: the pinned release (``patches/base.toml``), fetch/verify/cache
+  through pip, wheel extraction and metadata (standard library only at import:
+  the Makefile runs it with the system python3).
+- ``patchfile``: the ``series`` file, patch files (DEP-3 header and diff),
+  ``Applied-Upstream``, ``lint``.
+- ``diff``: the diff parser (files and hunks).
+- ``tree``: a tree of the base with patches applied strictly; ``apply``, ``status``.
+- ``refresh``: ``new`` and ``refresh``.
+- ``patches``: the command line ``python -m scripts.series`` (apply, status,
+  new, refresh, lint), re-exporting the names above.
+- ``drift``: the series against newer upstream releases (``python -m scripts.series.drift``).
+"""

@@ -11,7 +11,12 @@ Command line::
 The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
 artifact is verified every time it is used; a download is verified in a
 temporary directory inside the cache and only then moved into place, so a
-digest mismatch never leaves a file behind.
+digest mismatch never leaves a file behind. ``pip_download``, ``verify_digest``,
+``extract_wheel``, ``wheel_metadata`` and ``split_requirements`` are the one
+implementation of those mechanisms for the series tooling (apply, drift,
+``setup.py``). Only the standard library is imported at module level: the
+Makefile runs this module with the system python3 before the venv exists
+(``packaging`` is imported inside the functions that need it).
 """
 
 from __future__ import annotations
@@ -296,6 +301,9 @@ def base_requirements(wheel: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m scripts.series.base {fetch,requirements,version,wheel-name}``
+    (see the module docstring); exit status 1 with the error for a
+    ``BaseError``."""
     parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts")

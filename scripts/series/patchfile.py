@@ -52,6 +52,10 @@ class Patch:
 
     @classmethod
     def read(cls, path: Path) -> "Patch":
+        """The patch file at ``path``: the header up to git format-patch's
+        ``---`` line (the diffstat after it is left out: refresh writes it
+        anew), the diff from the first ``diff --git``; a header-only patch
+        (just made by ``new``) has an empty diff."""
         text = path.read_text()
         i = text.find("\ndiff --git ")
         if i < 0:  # a new patch, header only (scripts.series.patches new)

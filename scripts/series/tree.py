@@ -12,13 +12,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from scripts.common.paths import BUILD, REPO
+from scripts.common.paths import REPO
 from scripts.series.base import Base, extract_wheel, fetch, load_base
 from scripts.series.diff import parse_diff
 from scripts.series.patchfile import PATCHES, Patch, PatchDoesNotApply, SeriesError, read_series
-
-# Scratch trees of apply, lint, refresh and drift.
-WORK = BUILD
 
 
 def run_git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""make drift (scripts/series/drift.py): each status on small synthetic trees, the
+"""make drift (scripts/series/drift/): each status on small synthetic trees, the
 cumulative skip, the exit status rule, the JSON and JUnit reports, fetching
 releases through pip; and the real releases after the base (slow: about
 1.1 GB of wheels on first use, cached)."""
