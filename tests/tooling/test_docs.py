@@ -1,7 +1,7 @@
 """Docs true to the code: ``make help`` has a line for every Makefile target,
 ``docs/layout.md`` names every module under ``scripts/`` and no other, and
-every ``python -m scripts.X`` command written in README.md and ``docs/*.md``
-runs a module that exists."""
+every ``python -m scripts.X`` command and every ``scripts/...py`` path written
+in README.md and ``docs/*.md`` names a module that exists."""
 
 from __future__ import annotations
 
@@ -45,13 +45,13 @@ def test_layout_names_every_scripts_module():
     assert sorted(named - modules) == []  # names in the layout that are no module
 
 
-def documented_commands() -> dict[str, set[str]]:
-    """``python -m scripts.X`` module names written in README.md and
+def written_in_docs(pattern: str) -> dict[str, set[str]]:
+    """What ``pattern`` (a regex with one group) matches in README.md and
     docs/*.md, each with the files that write it."""
     found: dict[str, set[str]] = {}
     for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for module in re.findall(r"python3? -m (scripts(?:\.\w+)*)", path.read_text()):
-            found.setdefault(module, set()).add(path.relative_to(REPO).as_posix())
+        for name in re.findall(pattern, path.read_text()):
+            found.setdefault(name, set()).add(path.relative_to(REPO).as_posix())
     return found
 
 
@@ -63,9 +63,17 @@ def runnable(module: str) -> bool:
 
 
 def test_documented_commands_name_modules_that_exist():
-    commands = documented_commands()
+    commands = written_in_docs(r"python3? -m (scripts(?:\.\w+)*)")
     # the docs write the main commands (so an empty scan cannot pass)
     assert {"scripts.series", "scripts.series.base", "scripts.series.drift", "scripts.validation.smoke",
             "scripts.validation.matrix", "scripts.bench"} <= set(commands)
     missing = {module: sorted(files) for module, files in commands.items() if not runnable(module)}
     assert missing == {}
+
+
+def test_documented_script_paths_exist():
+    """Every ``scripts/...py`` path written in README.md and docs/*.md is a
+    file (layout.md's tree lists paths relative to scripts/, checked above)."""
+    written = written_in_docs(r"\b(scripts/[\w/]+\.py)\b")
+    assert "scripts/bench/pool_overhead.py" in written  # the scan finds what the docs write
+    assert {name: sorted(files) for name, files in written.items() if not (REPO / name).is_file()} == {}
