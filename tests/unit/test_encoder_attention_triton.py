@@ -20,9 +20,6 @@ process with it and checks that every case passed.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
 
 import pytest
 
@@ -32,18 +29,10 @@ CASES = 3  # the tests of the interpreted branch below
 
 if not INTERPRETED:
 
-    def test_encoder_attention_triton_under_the_interpreter():
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider",
-             "-o", "addopts=--strict-markers", "-W", "ignore::DeprecationWarning"],
-            env=env, capture_output=True, text=True, timeout=1800)
-        tail = proc.stdout[-6000:] + proc.stderr[-2000:]
-        assert proc.returncode == 0, tail
-        # pytest's summary line: every case passed, none skipped or failed (the
-        # interpreter may warn about the 0/0 of the padded requests' rows).
-        summary = re.findall(r"^=*\s*(\d+ passed(?:, \d+ warnings?)?) in [\d.]+s", proc.stdout, re.M)
-        assert [s.split(",")[0] for s in summary] == [f"{CASES} passed"], tail
+    def test_encoder_attention_triton_under_the_interpreter(run_under_interpreter):
+        # every case passed, none skipped or failed (the interpreter may warn
+        # about the 0/0 of the padded requests' rows)
+        assert run_under_interpreter(__file__) == {"passed": CASES}
 
 else:
     import dataclasses

@@ -17,43 +17,63 @@ from vllm.model_executor.layers.attention import EncoderOnlyAttention
 from vllm.v1.worker.gpu.block_table import BlockTables
 
 
-class BertLike(torch.nn.Module):
-    """A model whose only attention layer is an EncoderOnlyAttention, made
-    without its __init__ (which needs a whole engine context) but registered
-    as that __init__ does: ``attn_type`` encoder_only, and under its name in
-    the config's static forward context (where later releases look for it)."""
+def one_attention_layer_model(vllm_config, attn_cls, attn_type: str, layer_name: str) -> torch.nn.Module:
+    """A model whose only attention layer is an ``attn_cls``
+    (``EncoderOnlyAttention``, or the causal ``Attention``), made without its
+    __init__ (which needs a whole engine context) but registered as that
+    __init__ does: ``attn_type``, and under its name in the config's static
+    forward context (where later releases look for it)."""
+    attn = attn_cls.__new__(attn_cls)
+    torch.nn.Module.__init__(attn)
+    attn.attn_type = attn_type
+    attn.layer_name = layer_name
+    vllm_config.compilation_config.static_forward_context[layer_name] = attn
+    model = torch.nn.Module()
+    model.attn = attn
+    return model
 
-    def __init__(self, vllm_config):
-        super().__init__()
-        attn = EncoderOnlyAttention.__new__(EncoderOnlyAttention)
-        torch.nn.Module.__init__(attn)
-        attn.attn_type = "encoder_only"
-        attn.layer_name = "encoder.layer.0.attention.attn"
-        vllm_config.compilation_config.static_forward_context[attn.layer_name] = attn
-        self.attn = attn
+
+def bert_like(vllm_config) -> torch.nn.Module:
+    """BERT's shape: one EncoderOnlyAttention layer."""
+    return one_attention_layer_model(vllm_config, EncoderOnlyAttention, "encoder_only",
+                                     "encoder.layer.0.attention.attn")
+
+
+def decoder_like(vllm_config) -> torch.nn.Module:
+    """A decoder's shape: one causal Attention layer."""
+    from vllm.model_executor.layers.attention import Attention
+
+    return one_attention_layer_model(vllm_config, Attention, "decoder", "model.layers.0.self_attn.attn")
+
+
+def recorded_state(monkeypatch, module, name):
+    """Replace the model-state class ``module.name`` with one that records
+    each construction's arguments in ``Recorder.made``."""
+
+    class Recorder:
+        supports_prompt_embeds = False
+        made: list[tuple] = []
+
+        def __init__(self, vllm_config, model, encoder_cache, device):
+            self.made.append((vllm_config, model, encoder_cache, device))
+
+    assert isinstance(getattr(module, name), type)  # the module's own class name
+    monkeypatch.setattr(module, name, Recorder)
+    return Recorder
 
 
 def test_init_model_state_picks_the_encoder_only_state(real_config, minilm, monkeypatch):
     import vllm.v1.worker.gpu.model_states.encoder_only as encoder_only
     from vllm.v1.worker.gpu.model_states import init_model_state
 
-    made = []
-
-    class Recorder:
-        supports_prompt_embeds = False
-
-        def __init__(self, vllm_config, model, encoder_cache, device):
-            made.append((vllm_config, model, encoder_cache, device))
-
-    # the module's own class name: init_model_state imports it from there when called
-    assert isinstance(encoder_only.EncoderOnlyModelState, type)
-    monkeypatch.setattr(encoder_only, "EncoderOnlyModelState", Recorder)
+    # init_model_state imports the state class from its module when called
+    recorder = recorded_state(monkeypatch, encoder_only, "EncoderOnlyModelState")
     config = real_config(minilm, "pooling", env="1")
     assert config.model_config.attn_type == "encoder_only"
-    model = BertLike(config)
+    model = bert_like(config)
     state = init_model_state(config, model, None, torch.device("cpu"))
-    assert isinstance(state, Recorder)
-    assert made == [(config, model, None, torch.device("cpu"))]
+    assert isinstance(state, recorder)
+    assert recorder.made == [(config, model, None, torch.device("cpu"))]
 
 
 def test_block_tables_with_zero_kv_cache_groups():
@@ -71,35 +91,6 @@ def test_block_tables_with_zero_kv_cache_groups():
     assert tuple(slots.shape) == (0, 8)
 
 
-class DecoderLike(torch.nn.Module):
-    """A model whose only attention layer is a causal (decoder) Attention,
-    registered as BertLike's is."""
-
-    def __init__(self, vllm_config):
-        super().__init__()
-        from vllm.model_executor.layers.attention import Attention
-
-        attn = Attention.__new__(Attention)
-        torch.nn.Module.__init__(attn)
-        attn.attn_type = "decoder"
-        attn.layer_name = "model.layers.0.self_attn.attn"
-        vllm_config.compilation_config.static_forward_context[attn.layer_name] = attn
-        self.attn = attn
-
-
-def _recorded_state(monkeypatch, module, name):
-    """Replace ``module.name`` with a class that records its construction."""
-
-    class Recorder:
-        supports_prompt_embeds = False
-
-        def __init__(self, vllm_config, model, encoder_cache, device):
-            self.model = model
-
-    monkeypatch.setattr(module, name, Recorder)
-    return Recorder
-
-
 def test_state_comes_from_the_layers_not_from_the_config_flag(real_config, minilm, tiny_qwen3, monkeypatch):
     """Patch 0002: a model whose config says encoder_only (any model declaring
     CLS pooling, ColPali-style decoders included) but whose layers are causal
@@ -109,14 +100,14 @@ def test_state_comes_from_the_layers_not_from_the_config_flag(real_config, minil
     import vllm.v1.worker.gpu.model_states.encoder_only as encoder_only
     from vllm.v1.worker.gpu.model_states import init_model_state
 
-    default_state = _recorded_state(monkeypatch, default, "DefaultModelState")
-    encoder_state = _recorded_state(monkeypatch, encoder_only, "EncoderOnlyModelState")
+    default_state = recorded_state(monkeypatch, default, "DefaultModelState")
+    encoder_state = recorded_state(monkeypatch, encoder_only, "EncoderOnlyModelState")
     cls_config = real_config(minilm, "pooling", env="1")
     assert cls_config.model_config.attn_type == "encoder_only"
-    state = init_model_state(cls_config, DecoderLike(cls_config), None, torch.device("cpu"))
+    state = init_model_state(cls_config, decoder_like(cls_config), None, torch.device("cpu"))
     assert type(state) is default_state
 
     decoder_config = real_config(tiny_qwen3, "pooling", env="1")
     assert decoder_config.model_config.attn_type == "decoder"
-    state = init_model_state(decoder_config, BertLike(decoder_config), None, torch.device("cpu"))
+    state = init_model_state(decoder_config, bert_like(decoder_config), None, torch.device("cpu"))
     assert type(state) is encoder_state

@@ -69,45 +69,48 @@ def hf_run(model_dir: str, base_attr: str):
     return hidden, logits, net
 
 
-def classify_both_ways(pooler, hidden, config):
+def assert_switch_keeps_the_head(real_config, model_dir: str, base_attr: str, make_head) -> None:
+    """The sequence classifier at ``model_dir`` as its vLLM model builds its
+    pooler: ``make_head(model_config, net)`` (the model's pooling head with
+    transformers' weights, built under the engine's config), then
+    ``DispatchPooler.for_seq_cls`` with transformers' classifier, run on
+    transformers' last hidden state of TEXT. ``use_activation=False`` must give
+    transformers' logits (the head's layers kept), ``True`` their softmax."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.pooler import DispatchPooler
+
+    hidden, logits, net = hf_run(model_dir, base_attr)
+    config = real_config(model_dir, "pooling")
+    with set_current_vllm_config(config):
+        pooler = DispatchPooler.for_seq_cls(config.model_config.pooler_config,
+                                            pooling=make_head(config.model_config, net), classifier=net.classifier)
     with torch.inference_mode():
-        return {flag: pooler(hidden, metadata(hidden.shape[0], "classify", flag, config))[0]
-                for flag in (False, True)}
+        out = {flag: pooler(hidden, metadata(hidden.shape[0], "classify", flag, config))[0] for flag in (False, True)}
+    torch.testing.assert_close(out[False], logits, atol=TOL, rtol=0)
+    torch.testing.assert_close(out[True], logits.softmax(-1), atol=TOL, rtol=0)
 
 
 def test_bert_seq_cls_switch_keeps_the_pooler_tanh(real_config, models):
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.pooler import DispatchPooler
     from vllm.model_executor.models.bert import BertPooler
 
-    hidden, logits, net = hf_run(models["bert"], "bert")
-    config = real_config(models["bert"], "pooling")
-    with set_current_vllm_config(config):
-        bert_pooler = BertPooler(config.model_config)
-        bert_pooler.dense.load_state_dict(net.bert.pooler.dense.state_dict())
-        pooler = DispatchPooler.for_seq_cls(config.model_config.pooler_config, pooling=bert_pooler,
-                                            classifier=net.classifier)
-    out = classify_both_ways(pooler, hidden, config)
-    assert torch.allclose(out[False], logits, atol=TOL, rtol=0)
-    assert torch.allclose(out[True], logits.softmax(-1), atol=TOL, rtol=0)
+    def head(model_config, net):
+        pooler = BertPooler(model_config)
+        pooler.dense.load_state_dict(net.bert.pooler.dense.state_dict())
+        return pooler
+
+    assert_switch_keeps_the_head(real_config, models["bert"], "bert", head)
 
 
 def test_modernbert_seq_cls_switch_keeps_the_head_layers(real_config, models):
-    from vllm.config import set_current_vllm_config
-    from vllm.model_executor.layers.pooler import DispatchPooler
     from vllm.model_executor.models.modernbert import ModernBertPooler
 
-    hidden, logits, net = hf_run(models["modernbert"], "model")
-    config = real_config(models["modernbert"], "pooling")
-    with set_current_vllm_config(config):
-        mb_pooler = ModernBertPooler(config.model_config)
-        mb_pooler.dense.load_state_dict(net.head.dense.state_dict())
-        mb_pooler.norm.load_state_dict(net.head.norm.state_dict())
-        pooler = DispatchPooler.for_seq_cls(config.model_config.pooler_config, pooling=mb_pooler,
-                                            classifier=net.classifier)
-    out = classify_both_ways(pooler, hidden, config)
-    assert torch.allclose(out[False], logits, atol=TOL, rtol=0)
-    assert torch.allclose(out[True], logits.softmax(-1), atol=TOL, rtol=0)
+    def head(model_config, net):
+        pooler = ModernBertPooler(model_config)
+        pooler.dense.load_state_dict(net.head.dense.state_dict())
+        pooler.norm.load_state_dict(net.head.norm.state_dict())
+        return pooler
+
+    assert_switch_keeps_the_head(real_config, models["modernbert"], "model", head)
 
 
 def test_bge_m3_sparse_weights_keep_their_relu(real_config, models):
@@ -130,4 +133,4 @@ def test_bge_m3_sparse_weights_keep_their_relu(real_config, models):
         assert (model.sparse_linear(hidden) < 0).any()  # the ReLU matters here
         for flag in (False, True):
             got = pooler(hidden, metadata(9, "token_classify", flag, config, token_ids))[0]
-            assert torch.allclose(got, expected, atol=TOL, rtol=0), flag
+            torch.testing.assert_close(got, expected, atol=TOL, rtol=0, msg=lambda m, flag=flag: f"{flag}: {m}")

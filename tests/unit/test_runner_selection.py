@@ -29,40 +29,43 @@ def moe(arch: str) -> str:
     return f"MoE models outside its default allowlist ({arch})"
 
 
-# (case, model config stand-in, the runner selected by default, the reason logged for V1)
+def cases(runner_type: str, selected: str, reason, models: str, **flags) -> list[tuple]:
+    """Table rows (case id, model config stand-in, the runner selected by
+    default, the reason logged for V1) for ``models``: one architecture a
+    line, optionally followed by what it stands for; ``flags`` as ``model``'s."""
+    rows = []
+    for line in models.strip().splitlines():
+        arch = line.split()[0]
+        rows.append((f"{line.strip()} {runner_type}", model(arch, runner_type, **flags), selected, reason))
+    return rows
+
+
 TABLE = [
-    ("BertModel pooling (sentence-transformers/all-MiniLM-L6-v2)", model("BertModel", "pooling"), "MRV2", None),
-    ("Qwen3ForCausalLM pooling (Qwen/Qwen3-Embedding-0.6B)", model("Qwen3ForCausalLM", "pooling"), "MRV2", None),
-    ("ColQwen3 multimodal pooling (TomoroAI/tomoro-colqwen3-embed-4b)", model("ColQwen3", "pooling"), "MRV2", None),
-    ("BertForSequenceClassification pooling (cross-encoder)", model("BertForSequenceClassification", "pooling"),
-     "MRV2", None),
-    ("BertForTokenClassification pooling", model("BertForTokenClassification", "pooling"), "MRV2", None),
-    ("HF_ColBERT pooling (late interaction)", model("HF_ColBERT", "pooling"), "MRV2", None),
-    ("XLMRobertaModel pooling (BAAI/bge-m3 backbone)", model("XLMRobertaModel", "pooling"), "MRV2", None),
-    ("ModernBertModel pooling", model("ModernBertModel", "pooling"), "MRV2", None),
-    ("LlamaForCausalLM pooling (intfloat/e5-mistral-7b-instruct style)", model("LlamaForCausalLM", "pooling"),
-     "MRV2", None),
-    ("Qwen2ForRewardModel pooling", model("Qwen2ForRewardModel", "pooling"), "MRV2", None),
-    ("ColPaliForRetrieval multimodal pooling", model("ColPaliForRetrieval", "pooling"), "MRV2", None),
-    ("Qwen3MoeForCausalLM pooling, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "pooling", moe=True),
-     "V1", moe("Qwen3MoeForCausalLM")),
-    ("Qwen2MoeForCausalLM pooling, allowlisted MoE", model("Qwen2MoeForCausalLM", "pooling", moe=True), "MRV2", None),
-    ("ColBERTLfm2Model pooling, hybrid", model("ColBERTLfm2Model", "pooling", hybrid=True), "V1", HYBRID),
-    ("MambaForCausalLM pooling, attention-free", model("MambaForCausalLM", "pooling", attention_free=True),
-     "V1", ATTENTION_FREE),
-    ("LlamaForCausalLM generate", model("LlamaForCausalLM", "generate"), "MRV2", None),
-    ("Qwen3ForCausalLM generate", model("Qwen3ForCausalLM", "generate"), "MRV2", None),
-    ("Qwen2VLForConditionalGeneration multimodal generate", model("Qwen2VLForConditionalGeneration", "generate"),
-     "MRV2", None),
-    ("Qwen3MoeForCausalLM generate, MoE outside the allowlist", model("Qwen3MoeForCausalLM", "generate", moe=True),
-     "V1", moe("Qwen3MoeForCausalLM")),
-    ("DeepseekV2ForCausalLM generate, allowlisted MoE", model("DeepseekV2ForCausalLM", "generate", moe=True),
-     "MRV2", None),
-    ("JambaForCausalLM generate, hybrid MoE", model("JambaForCausalLM", "generate", moe=True, hybrid=True),
-     "V1", HYBRID),
-    ("MambaForCausalLM generate, attention-free", model("MambaForCausalLM", "generate", attention_free=True),
-     "V1", ATTENTION_FREE),
-    ("LlamaForCausalLM draft runner", model("LlamaForCausalLM", "draft"), "MRV2", None),
+    *cases("pooling", "MRV2", None, """
+        BertModel (sentence-transformers/all-MiniLM-L6-v2)
+        Qwen3ForCausalLM (Qwen/Qwen3-Embedding-0.6B)
+        ColQwen3 (TomoroAI/tomoro-colqwen3-embed-4b, multimodal)
+        BertForSequenceClassification (cross-encoder)
+        BertForTokenClassification
+        HF_ColBERT (late interaction)
+        XLMRobertaModel (BAAI/bge-m3 backbone)
+        ModernBertModel
+        LlamaForCausalLM (intfloat/e5-mistral-7b-instruct style)
+        Qwen2ForRewardModel
+        ColPaliForRetrieval (multimodal)"""),
+    *cases("generate", "MRV2", None, """
+        LlamaForCausalLM
+        Qwen3ForCausalLM
+        Qwen2VLForConditionalGeneration (multimodal)"""),
+    *cases("draft", "MRV2", None, "LlamaForCausalLM"),
+    *cases("pooling", "MRV2", None, "Qwen2MoeForCausalLM (allowlisted MoE)", moe=True),
+    *cases("generate", "MRV2", None, "DeepseekV2ForCausalLM (allowlisted MoE)", moe=True),
+    *cases("pooling", "V1", moe("Qwen3MoeForCausalLM"), "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("generate", "V1", moe("Qwen3MoeForCausalLM"), "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("pooling", "V1", HYBRID, "ColBERTLfm2Model (hybrid)", hybrid=True),
+    *cases("generate", "V1", HYBRID, "JambaForCausalLM (hybrid MoE)", moe=True, hybrid=True),
+    *cases("pooling", "V1", ATTENTION_FREE, "MambaForCausalLM (attention-free)", attention_free=True),
+    *cases("generate", "V1", ATTENTION_FREE, "MambaForCausalLM (attention-free)", attention_free=True),
 ]
 
 
