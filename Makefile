@@ -18,14 +18,14 @@ FLAVOR ?= cpu
 WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cpu)
 WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cuda)
 SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
-TOOLING := scripts/series/base.py scripts/series/patches.py setup.py pyproject.toml
+TOOLING := $(wildcard scripts/series/*.py) setup.py pyproject.toml
 
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-not-e2e test-tooling test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -52,7 +52,6 @@ help:
 	@echo "make test         every test: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
 	@echo "make test-not-e2e the tests not marked e2e: tests/tooling, tests/unit, and the slow ones (wheel builds, fetches)"
 	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
-	@echo "make test-tooling the old name of test-not-e2e (ci/steps/tooling.sh calls it; to go once it calls test-not-e2e)"
 	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
@@ -159,7 +158,6 @@ test: install apply
 test-not-e2e: install apply
 	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
 
-test-tooling: test-not-e2e
 
 test-e2e: install apply
 	$(PY) -m pytest -m e2e $(PYTEST_ARGS)

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make lint
-make test-tooling PYTEST_ARGS="--junitxml=reports/junit-tooling.xml"
+make test-not-e2e PYTEST_ARGS="--junitxml=reports/junit-tooling.xml"

@@ -151,9 +151,9 @@ def check_scratch_install(flavor: str, venv: ScratchVenv, root: Path):
 
 def readme_cpu_recipe() -> list[str]:
     """The command lines of README's PyPI-only CPU install recipe (the
-    indented block after "follow DESIGN.md's recipe")."""
+    indented block after "follow the CPU install recipe")."""
     text = (REPO / "README.md").read_text()
-    start = text.index("follow DESIGN.md's recipe from a checkout of this repository")
+    start = text.index("follow the CPU install recipe from a checkout of this repository")
     block = re.search(r"\n\n((?:    .+\n)+)", text[start:]).group(1)
     return [line.strip() for line in block.splitlines()]
 
