@@ -12,21 +12,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ENGINE_ORDER = ("v1", "mrv2-interpreter", "mrv2")
-ST = "sentence-transformers"
+from scripts.bench.engines import ENGINES, ST
+from scripts.common.reports import write_reports
+
+ENGINE_ORDER = tuple(ENGINES)
 COLORS = {"v1": "#4c72b0", "mrv2-interpreter": "#dd8452", "mrv2": "#55a868", ST: "#8c8c8c"}
 
 
 def report(results: dict, out_dir: Path) -> str:
-    """Write ``bench.json``, ``bench.md`` and the PNG plots into ``out_dir``;
-    return the Markdown summary (to print last)."""
+    """Write the PNG plots, ``bench.json`` (``results`` and the plots' names;
+    values JSON cannot hold as they are, as ``str``) and ``bench.md`` into
+    ``out_dir`` (created); return the Markdown summary (to print last)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     plots = write_plots(results, out_dir)
     results = {**results, "plots": [p.name for p in plots]}
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
     text = summary(results)
-    (out_dir / "bench.md").write_text(text + "\n")
+    write_reports({"bench.json": json.loads(json.dumps(results, default=str)), "bench.md": text + "\n"}, out_dir)
     files = ", ".join(str(out_dir / n) for n in ["bench.json", "bench.md", *results["plots"]])
     return f"{text}\n\nwritten {files}"
 

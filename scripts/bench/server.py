@@ -38,7 +38,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripts.series.base import REPO
+from scripts.bench.engines import TINY_COLBERT
+from scripts.common.paths import REPO
 
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
 MEMORY_REQUESTS, MEMORY_DISCONNECTS, MEMORY_CONCURRENCY, MEMORY_SAMPLE_EVERY = 5000, 100, 16, 500
@@ -47,7 +48,7 @@ EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 
 def server_env() -> dict:
     """The servers' environment: this process's without ``TRITON_INTERPRET``
-    (``scripts.bench.cli`` sets it for its own engines), so MRV2 runs as users
+    (``scripts.bench.engines.bench_environ`` sets it in the bench process), so MRV2 runs as users
     get it (``scripts.validation.engine.expected_input_preparation``)."""
     return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
@@ -155,7 +156,7 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     from scripts.validation.models import make_tiny_colbert
     from scripts.validation.server import VllmServer
 
-    model = make_tiny_colbert(REPO / ".build" / "models" / "tiny-hf-colbert")
+    model = make_tiny_colbert(TINY_COLBERT)
     rng = random.Random(0)
     hang_ups = set(rng.sample(range(sample_every, requests), disconnects))
     with VllmServer(model, name=f"bench-serve-memory-{runner}", runner=runner, env=server_env()) as server:

