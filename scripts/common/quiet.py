@@ -28,9 +28,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from scripts.series.base import REPO
+from scripts.common.paths import REPO, REPORTS
 
-LOGS = REPO / "reports" / "logs"
+LOGS = REPORTS / "logs"
 
 
 def _terminal_stream(fd: int) -> io.TextIOWrapper:
