@@ -83,6 +83,17 @@ def inputs(kind: str) -> list:
     return {"texts": PROMPTS, "pairs": PAIRS}[kind]
 
 
+def max_abs_error(got: list, want: list) -> float:
+    """Largest |got - want| over matching arrays; ``AssertionError`` when the
+    counts or shapes differ."""
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, {len(want)} expected")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape:
+            raise AssertionError(f"output {i}: shape {g.shape}, reference {w.shape}")
+    return float(max(np.abs(g - w).max() for g, w in zip(got, want)))
+
+
 def _arrays(xs) -> list[np.ndarray]:
     return [np.atleast_1d(np.asarray(x, dtype=np.float32)) for x in xs]
 

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.common.paths import BUILD, REPO
+from scripts.common.paths import BUILD
 from scripts.validation.engine import RUNNER_ENV, runner_kind
 
 LOGS = BUILD / "logs"
