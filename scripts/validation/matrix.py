@@ -6,7 +6,9 @@ runner (``VLLM_USE_V2_MODEL_RUNNER=0``), against transformers on the same
 weights (``scripts/validation/references.py``), fp32, max abs error <= 1e-4; plus the
 real-weight rows (all-MiniLM-L6-v2 against sentence-transformers) and the
 MTEB STS rows (STS-B test through ``mteb``, sentence-transformers against
-the engine through mteb's ``VllmEncoderWrapper``).
+the engine through mteb's ``VllmEncoderWrapper``): ``scripts/validation/matrix_real.py``.
+Every engine is opened by ``scripts.validation.engine.vllm_runner``, which
+asserts the runner (and MRV2's input preparation) before a row is measured.
 
 Engines run inside this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one
 engine per case and runner, every task of the case through it): start-up
@@ -29,8 +31,6 @@ import time
 import traceback
 from dataclasses import dataclass
 
-import numpy as np
-
 from scripts.common.environ import environ
 from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
                                        quiet_vllm, vllm_runner)
@@ -38,15 +38,9 @@ from scripts.validation.matrix_real import REAL, ROW_IDS
 from scripts.validation.matrix_rows import CASES, Case, inputs
 from scripts.validation.matrix_tasks import max_abs_error
 from scripts.validation.models import MODELS
-from scripts.validation.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
 
 # Small models: a 64 MiB KV cache instead of 30% of the node (allocating that is most of a start-up)
 ENGINE_DEFAULTS = {"kv_cache_memory_bytes": 64 << 20}
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis (kept for the e2e tests)."""
-    return activation(x) if x.shape[-1] > 1 else np.ones_like(x)
 
 
 @dataclass

@@ -38,18 +38,16 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from scripts.validation.engine import assert_runner, close_llm, expected_input_preparation, open_llm
-from scripts.validation.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
+from scripts.validation.engine import expected_input_preparation, vllm_runner
+from scripts.validation.models import MODELS, make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, VllmServer
 
 TOL = 1e-5
-MODELS = Path(__file__).resolve().parents[2] / ".build" / "models"
 LONG = "word " * 600  # over every model's max_model_len (MiniLM 256, the tiny BERTs 512)
 QUERY = "A man is playing a guitar."
 EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
@@ -58,12 +56,8 @@ EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 def offline(model, fn):
     """``fn(llm)`` on an offline engine for ``model`` (vLLM's default runner,
     asserted MRV2), closed afterwards."""
-    llm = open_llm(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION)
-    try:
-        assert_runner(llm, "MRV2")
+    with vllm_runner(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION) as llm:
         return fn(llm)
-    finally:
-        close_llm(llm)
 
 
 @pytest.fixture(scope="module")
