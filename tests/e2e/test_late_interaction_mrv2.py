@@ -44,25 +44,28 @@ def score_call(llm, query, docs):
     return scores, counts, state
 
 
-@pytest.mark.parametrize("n_docs", [1, 8])
-def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
-    query, docs = sts.first[0], sts.second[:n_docs]
-
-    def scenario(llm):
+def scores_on_mrv2(model, query: str, docs: list[str]) -> tuple[list[float], dict]:
+    """On MRV2 (vLLM's default, asserted): the token embeddings of the query
+    and documents match ``colbert_reference``, ``LLM.score``'s scores match
+    MaxSim over them, the query was encoded once and nothing stays cached.
+    Returns the scores and the request counts by late-interaction mode."""
+    with vllm_runner(model, "default") as llm:
         tokens = token_embed(llm, [query] + docs)
-        return tokens, score_call(llm, query, docs)
-
-    with vllm_runner(colbert, "default") as llm:
-        tokens, (scores, counts, state) = scenario(llm)
-    ref = colbert_reference(colbert, [query] + docs)
+        scores, counts, state = score_call(llm, query, docs)
+    ref = colbert_reference(model, [query] + docs)
     for got, want in zip(tokens, ref, strict=True):
         assert got.shape == want.shape and want.shape[1] == 32
         assert abs(got - want).max() <= TOL
-    want_scores = [maxsim(ref[0], d) for d in ref[1:]]
-    assert np.allclose(scores, want_scores, rtol=0, atol=TOL)
-    assert counts == {"cache_query": 1, "score_doc": n_docs}  # one query forward
+    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
+    assert counts == {"cache_query": 1, "score_doc": len(docs)}  # one query forward
     assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+    return scores, counts
 
+
+@pytest.mark.parametrize("n_docs", [1, 8])
+def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
+    query, docs = sts.first[0], sts.second[:n_docs]
+    scores, counts = scores_on_mrv2(colbert, query, docs)
     with vllm_runner(colbert, "v1") as llm:
         v1_scores, v1_counts, _ = score_call(llm, query, docs)
     assert np.allclose(v1_scores, scores, rtol=0, atol=TOL)
@@ -73,20 +76,8 @@ def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_mod
     """The other ColBERT backbone buildable small (patch 0005 changed where
     every backbone builds its projection): starts with ``dim`` declared,
     token embeddings and scores match transformers on MRV2."""
-    query, docs = sts.first[1], sts.second[:4]
-
-    def scenario(llm):
-        return token_embed(llm, [query] + docs), score_call(llm, query, docs)
-
-    with vllm_runner(colbert_modernbert, "default") as llm:
-        tokens, (scores, counts, state) = scenario(llm)
-    ref = colbert_reference(colbert_modernbert, [query] + docs)
-    for got, want in zip(tokens, ref, strict=True):
-        assert got.shape == want.shape and want.shape[1] == 32
-        assert abs(got - want).max() <= TOL
-    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
-    assert counts == {"cache_query": 1, "score_doc": 4}
-    assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+    scores, counts = scores_on_mrv2(colbert_modernbert, sts.first[1], sts.second[:4])
+    assert (len(scores), counts) == (4, {"cache_query": 1, "score_doc": 4})
 
 
 def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
