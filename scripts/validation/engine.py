@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from scripts.common.environ import environ
 from scripts.common.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 # the references the jobs and the tests compare engines with, importable from here too
 from scripts.validation.references import (hf_forward, hf_last_token_embed, hf_mean_embed,  # noqa: F401
@@ -208,7 +209,8 @@ RUNNER_CHOICE = {"MRV2": "default", "V1": "v1"}
 @contextmanager
 def vllm_runner(model, runner: str = "default", want: str | None = None, **kwargs) -> Iterator:
     """An offline ``vllm.LLM`` (``open_llm(model, runner, **kwargs)``) for the
-    block, closed after it (``close_llm``), also when the block raises.
+    block, closed after it (``close_llm``), also when the block raises; the
+    ``VLLM_USE_V2_MODEL_RUNNER`` of ``runner`` is set for the block only.
 
     Before yielding, asserts (``assert_runner``) that the worker runs ``want``
     (``"MRV2"`` or ``"V1"``; default ``EXPECTED_RUNNER[runner]``) and, on MRV2,
@@ -220,12 +222,14 @@ def vllm_runner(model, runner: str = "default", want: str | None = None, **kwarg
     another runner (or input preparation) ran, and what ``LLM`` raises."""
     if runner not in RUNNER_ENV:
         raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
-    llm = open_llm(model, runner, **kwargs)
-    try:
-        assert_runner(llm, want or EXPECTED_RUNNER[runner])
-        yield llm
-    finally:
-        close_llm(llm)
+    # the choice holds while the engine lives (vllm_config.use_v2_model_runner reads it), not after
+    with environ(VLLM_USE_V2_MODEL_RUNNER=RUNNER_ENV[runner]):
+        llm = open_llm(model, runner, **kwargs)
+        try:
+            assert_runner(llm, want or EXPECTED_RUNNER[runner])
+            yield llm
+        finally:
+            close_llm(llm)
 
 
 def embed(llm, sentences: list[str], progress: bool = False, **kwargs) -> tuple[np.ndarray, float]:

@@ -10,8 +10,9 @@ import functools
 import os
 
 from scripts.common.environ import environ
-from scripts.validation.engine import (RUNNER_CHOICE, assert_runner, close_llm, embed, engine_env, hf_forward,
-                                       l2_normalize, rowwise_cosine, select_runner, st_embed, vllm_runner)
+from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner, close_llm,
+                                       embed, engine_env, hf_forward, l2_normalize, rowwise_cosine, st_embed,
+                                       vllm_runner)
 from scripts.validation.matrix_tasks import max_abs_error
 from scripts.validation.models import minilm_path, sts_test
 
@@ -45,17 +46,18 @@ def mteb_sts(runner: str) -> float:
 
     reference = mteb_sts_reference()
     engine_env()
-    select_runner(RUNNER_CHOICE[runner])
-    # the wrapper switches vLLM's workers to spawn for the whole process: only for itself
-    with environ(VLLM_WORKER_MULTIPROC_METHOD=os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")):
-        wrapper = VllmEncoderWrapper(str(minilm_path()), dtype="float32", gpu_memory_utilization=0.3,
-                                     enforce_eager=True, trust_remote_code=False)
-    try:
-        assert_runner(wrapper.llm, runner)
-        score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
-                              show_progress_bar=False).task_results[0].get_score()
-    finally:
-        close_llm(wrapper.llm)
+    with environ(VLLM_USE_V2_MODEL_RUNNER=RUNNER_ENV[RUNNER_CHOICE[runner]]):
+        # the wrapper switches vLLM's workers to spawn for the whole process: only for itself
+        with environ(VLLM_WORKER_MULTIPROC_METHOD=os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")):
+            wrapper = VllmEncoderWrapper(str(minilm_path()), dtype="float32",
+                                         gpu_memory_utilization=GPU_MEMORY_UTILIZATION, enforce_eager=True,
+                                         trust_remote_code=False)
+        try:
+            assert_runner(wrapper.llm, runner)
+            score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
+                                  show_progress_bar=False).task_results[0].get_score()
+        finally:
+            close_llm(wrapper.llm)
     return abs(score - reference)
 
 
