@@ -173,6 +173,7 @@ def run_row(row_id: str) -> Row:
 
 
 def main(argv=None) -> int:
+    """The ``make matrix`` command line (see the module's docstring); the exit status."""
     from scripts.validation import matrix_report
 
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n")[0])

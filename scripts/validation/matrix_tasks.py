@@ -59,6 +59,7 @@ class Case:
 
     @property
     def runners(self) -> tuple[str, ...]:
+        """The runners the case is checked on: its default (asserted) and V1, or V1 alone."""
         return ("MRV2", "V1") if self.default == "MRV2" else ("V1",)
 
 
@@ -99,6 +100,7 @@ def _arrays(xs) -> list[np.ndarray]:
 
 
 def run_embed(llm, prompts):
+    """``LLM.embed``: one float32 vector [d] per prompt."""
     return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False))
 
 
@@ -115,6 +117,7 @@ def run_siglip_text(llm, prompts):
 
 
 def run_classify(llm, prompts):
+    """``LLM.classify``: the probabilities [labels] of each prompt, float32."""
     return _arrays(o.outputs.probs for o in llm.classify(prompts, use_tqdm=False))
 
 
@@ -131,6 +134,7 @@ def run_encode(task: str, **params):
 
 
 def run_score(llm, pairs):
+    """``LLM.score`` of the pairs' one query against their documents: a [1] score per pair."""
     (query,) = {q for q, _ in pairs}
     return _arrays(o.outputs.score for o in llm.score(query, [d for _, d in pairs], use_tqdm=False))
 

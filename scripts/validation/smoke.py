@@ -99,6 +99,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    """The ``make`` smoke job's command line (see the module's docstring); the exit status."""
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
     args = parser.parse_args(argv)
