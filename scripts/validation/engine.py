@@ -1,8 +1,12 @@
-"""Run the patched engine on the CPU and compare it with transformers /
-sentence-transformers references. Shared by the smoke job, the tests and the
-benchmarks.
+"""Engine lifecycle: open the patched engine on the CPU on a chosen runner,
+assert which runner ran, close it. Shared by the smoke job, the matrix, the
+tests and the benchmarks. The transformers / sentence-transformers
+references they compare with live in ``scripts.validation.references``
+(``st_embed``, ``hf_forward``, ... importable from here too).
 
-``open_llm(model, runner)`` picks the model runner through upstream's
+``vllm_runner(model, runner)`` is the one context manager that opens an
+engine (``open_llm``), asserts its runner and input preparation
+(``assert_runner``) and closes it (``close_llm``). ``open_llm(model, runner)`` picks the model runner through upstream's
 ``VLLM_USE_V2_MODEL_RUNNER`` (``"v2"`` sets 1, ``"v1"`` sets 0, ``"default"``
 unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran;
