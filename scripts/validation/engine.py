@@ -1,8 +1,12 @@
-"""Run the patched engine on the CPU and compare it with transformers /
-sentence-transformers references. Shared by the smoke job, the tests and the
-benchmarks.
+"""Engine lifecycle: open the patched engine on the CPU on a chosen runner,
+assert which runner ran, close it. Shared by the smoke job, the matrix, the
+tests and the benchmarks. The transformers / sentence-transformers
+references they compare with live in ``scripts.validation.references``
+(``st_embed``, ``hf_forward``, ... importable from here too).
 
-``open_llm(model, runner)`` picks the model runner through upstream's
+``vllm_runner(model, runner)`` is the one context manager that opens an
+engine (``open_llm``), asserts its runner and input preparation
+(``assert_runner``) and closes it (``close_llm``). ``open_llm(model, runner)`` picks the model runner through upstream's
 ``VLLM_USE_V2_MODEL_RUNNER`` (``"v2"`` sets 1, ``"v1"`` sets 0, ``"default"``
 unsets it); ``runner_in_use(llm)`` asks the worker which runner class it
 built, which is how every MRV2 check here proves that MRV2 actually ran;
@@ -23,7 +27,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from scripts.common.environ import environ
 from scripts.common.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
+# the references the jobs and the tests compare engines with, importable from here too
+from scripts.validation.references import (hf_forward, hf_last_token_embed, hf_mean_embed,  # noqa: F401
+                                           hf_pair_scores, l2_normalize, maxsim, st_embed)
 
 # DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
 GPU_MEMORY_UTILIZATION = 0.3
@@ -197,12 +205,16 @@ def close_llm(llm) -> None:
 # What ``vllm_runner`` expects to run for each ``runner`` choice: our series sends
 # pooling models to MRV2 by default (patch 0003), except those patch 0011 keeps on V1.
 EXPECTED_RUNNER = {"v2": "MRV2", "v1": "V1", "default": "MRV2"}
+# The ``runner`` choice that opens each runner as users get it: MRV2 must be what
+# vLLM picks by default, V1 is what ``VLLM_USE_V2_MODEL_RUNNER=0`` gives.
+RUNNER_CHOICE = {"MRV2": "default", "V1": "v1"}
 
 
 @contextmanager
 def vllm_runner(model, runner: str = "default", want: str | None = None, **kwargs) -> Iterator:
     """An offline ``vllm.LLM`` (``open_llm(model, runner, **kwargs)``) for the
-    block, closed after it (``close_llm``), also when the block raises.
+    block, closed after it (``close_llm``), also when the block raises; the
+    ``VLLM_USE_V2_MODEL_RUNNER`` of ``runner`` is set for the block only.
 
     Before yielding, asserts (``assert_runner``) that the worker runs ``want``
     (``"MRV2"`` or ``"V1"``; default ``EXPECTED_RUNNER[runner]``) and, on MRV2,
@@ -214,12 +226,14 @@ def vllm_runner(model, runner: str = "default", want: str | None = None, **kwarg
     another runner (or input preparation) ran, and what ``LLM`` raises."""
     if runner not in RUNNER_ENV:
         raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
-    llm = open_llm(model, runner, **kwargs)
-    try:
-        assert_runner(llm, want or EXPECTED_RUNNER[runner])
-        yield llm
-    finally:
-        close_llm(llm)
+    # the choice holds while the engine lives (vllm_config.use_v2_model_runner reads it), not after
+    with environ(VLLM_USE_V2_MODEL_RUNNER=RUNNER_ENV[runner]):
+        llm = open_llm(model, runner, **kwargs)
+        try:
+            assert_runner(llm, want or EXPECTED_RUNNER[runner])
+            yield llm
+        finally:
+            close_llm(llm)
 
 
 def embed(llm, sentences: list[str], progress: bool = False, **kwargs) -> tuple[np.ndarray, float]:
@@ -242,77 +256,6 @@ def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> fl
     from scipy.stats import spearmanr
 
     return float(spearmanr(rowwise_cosine(first, second), gold).statistic)
-
-
-def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarray:
-    """sentence-transformers reference embeddings, fp32 on the CPU, shape (N, d)."""
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(model_dir), device="cpu")
-    return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
-
-
-def _hf(model_dir, auto_class: str = "AutoModel"):
-    import torch
-    import transformers
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(model_dir))
-    model = getattr(transformers, auto_class).from_pretrained(str(model_dir), dtype=torch.float32)
-    return tok, model.eval()
-
-
-def hf_forward(model_dir, prompts: list, auto_class: str = "AutoModel", output: str = "last_hidden_state") -> list[np.ndarray]:
-    """Run a transformers model on each prompt alone (text, or a list of
-    token ids used as they are), fp32, no padding; return ``output`` of each
-    (``last_hidden_state`` [len, d] or ``logits``), float32 arrays."""
-    import torch
-
-    tok, model = _hf(model_dir, auto_class)
-    out = []
-    with torch.inference_mode():
-        for p in prompts:
-            ids = torch.tensor([p]) if isinstance(p, list) else tok(p, return_tensors="pt")["input_ids"]
-            out.append(getattr(model(input_ids=ids), output)[0].numpy().astype(np.float32))
-    return out
-
-
-def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray:
-    """transformers reference of a one-label cross-encoder's ``LLM.score``:
-    the sigmoid of the logit of each pair ``(first[i], second[i])``, tokenized
-    as a pair (token types included), fp32, shape (N,)."""
-    import torch
-
-    tok, model = _hf(model_dir, "AutoModelForSequenceClassification")
-    scores = []
-    with torch.inference_mode():
-        for a, b in zip(first, second):
-            scores.append(torch.sigmoid(model(**tok(a, b, return_tensors="pt")).logits[0, 0]).item())
-    return np.asarray(scores, dtype=np.float32)
-
-
-def maxsim(query: np.ndarray, doc: np.ndarray) -> float:
-    """ColBERT's MaxSim of a query's and a document's token embeddings
-    ([n_q, d], [n_d, d]): each query token's best dot product, summed."""
-    return float((query @ doc.T).max(axis=1).sum())
-
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows divided by their L2 norm."""
-    return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
-def hf_last_token_embed(model_dir, prompts: list) -> np.ndarray:
-    """transformers reference of last-token pooling: the final hidden state of
-    each prompt's last token, L2-normalised, fp32, shape (N, d). Mirrors the
-    default pooler of a decoder run as an embedding model in vLLM."""
-    return l2_normalize(np.stack([h[-1] for h in hf_forward(model_dir, prompts)]))
-
-
-def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
-    """transformers reference of mean pooling over all tokens, L2-normalised,
-    fp32, shape (N, d): what sentence-transformers computes for MiniLM."""
-    return l2_normalize(np.stack([h.mean(axis=0) for h in hf_forward(model_dir, prompts)]))
 
 
 class WorkerProbe:

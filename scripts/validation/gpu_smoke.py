@@ -39,22 +39,21 @@ so, writes reports whose one test case is *skipped*, and runs nothing (77 is
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 import traceback
-import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from scripts.series.base import REPO, load_base
+from scripts.common import reports
+from scripts.common.paths import REPO, REPORTS
+from scripts.series.base import load_base
+from scripts.validation.models import MODELS
 
 SKIPPED = 77
 NOT_SET_UP = 2
-MODELS = REPO / ".build" / "models"
-RUNNERS = {"MRV2": "default", "V1": "v1"}  # MRV2 must be what vLLM picks by default
 DTYPES = ("float32", "bfloat16")
 MAX_ABS_FP32, MIN_COSINE_BF16, MAX_SPEARMAN_DELTA = 1e-4, 0.999, 1e-4
 
@@ -76,6 +75,9 @@ def find_gpu() -> tuple[bool, str]:
 
 @dataclass
 class Row:
+    """One case on one runner and dtype: the metric against the reference,
+    throughput (``unit``), the CUDA-graph mode the runner resolved."""
+
     case: str
     model: str
     runner: str
@@ -187,17 +189,17 @@ def compare(kind: str, dtype: str, got, ref) -> tuple[str, float, float, bool]:
 
 
 def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Row:
-    """One case on one runner and dtype; never raises (a row that cannot run
+    """One case on one runner (``"MRV2"``, vLLM's default, or ``"V1"``) and
+    dtype, on an engine opened by ``vllm_runner`` (the runner asserted; MRV2
+    must also have captured CUDA graphs); never raises (a row that cannot run
     fails with its reason)."""
-    from scripts.validation.engine import GPU_MEMORY_UTILIZATION, assert_runner, close_llm, cudagraph_mode, open_llm
+    from scripts.validation.engine import GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, cudagraph_mode, vllm_runner
 
     row = Row(case.name, case.model, runner, dtype, "", 0.0, unit=case.unit)
     start = time.perf_counter()
     try:
-        llm = open_llm(model, runner=RUNNERS[runner], dtype=dtype, enforce_eager=False,
-                       gpu_memory_utilization=GPU_MEMORY_UTILIZATION)
-        try:
-            assert_runner(llm, runner)
+        with vllm_runner(model, RUNNER_CHOICE[runner], want=runner, dtype=dtype, enforce_eager=False,
+                         gpu_memory_utilization=GPU_MEMORY_UTILIZATION) as llm:
             row.cudagraph_mode = cudagraph_mode(llm)
             if runner == "MRV2" and row.cudagraph_mode == "NONE":
                 raise AssertionError("MRV2 ran without CUDA graphs (cudagraph_mode NONE)")
@@ -205,8 +207,6 @@ def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Ro
             t0 = time.perf_counter()
             got = case.call(llm, inputs)
             row.throughput = case.count(inputs) / (time.perf_counter() - t0)
-        finally:
-            close_llm(llm)
         row.metric, row.value, row.tolerance, row.passed = compare(case.kind, dtype, got, ref)
         if not row.passed:
             row.reason = f"{row.metric} {row.value:.6g} beyond {row.tolerance:g}"
@@ -252,27 +252,22 @@ def check_installation() -> str | None:
 
 
 def write_reports(out: Path, rows: list[Row], status: str, note: str) -> None:
-    """JSON, Markdown and JUnit (one test case a row; a skipped job is one
-    skipped test case)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu-smoke.json").write_text(json.dumps(
-        {"status": status, "note": note, "series": load_base().dist_version,
-         "rows": [asdict(r) for r in rows]}, indent=2))
-    (out / "gpu-smoke.md").write_text(markdown(rows) if rows else f"GPU smoke job {status}: {note}\n")
-    suite = ET.Element("testsuite", name="gpu-smoke", tests=str(max(len(rows), 1)),
-                       failures=str(sum(not r.passed for r in rows)), skipped=str(int(status == "skipped")))
+    """``gpu-smoke.json``, ``gpu-smoke.md`` and ``gpu-smoke-junit.xml`` in
+    ``out``: JUnit has one test case a row (class ``gpu-smoke.<case>``, named
+    ``<runner>-<dtype>``); a skipped job is one skipped test case."""
+    cases = [reports.Case(f"gpu-smoke.{r.case}", f"{r.runner}-{r.dtype}", "passed" if r.passed else "failure",
+                          message=r.reason or "failed", seconds=r.seconds) for r in rows]
     if status == "skipped":
-        ET.SubElement(ET.SubElement(suite, "testcase", classname="gpu-smoke", name="gpu-smoke"),
-                      "skipped", message=note)
-    for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=f"gpu-smoke.{r.case}", name=f"{r.runner}-{r.dtype}",
-                             time=f"{r.seconds:.3f}")
-        if not r.passed:
-            ET.SubElement(case, "failure", message=r.reason or "failed")
-    ET.ElementTree(suite).write(out / "gpu-smoke-junit.xml", encoding="utf-8", xml_declaration=True)
+        cases.insert(0, reports.Case("gpu-smoke", "gpu-smoke", "skipped", message=note))
+    reports.write_reports({
+        "gpu-smoke.json": {"status": status, "note": note, "series": load_base().dist_version,
+                           "rows": [asdict(r) for r in rows]},
+        "gpu-smoke.md": markdown(rows) if rows else f"GPU smoke job {status}: {note}\n",
+        "gpu-smoke-junit.xml": reports.junit([reports.Suite("gpu-smoke", cases)])}, out)
 
 
 def markdown(rows: list[Row]) -> str:
+    """The Markdown table of the rows (also printed)."""
     lines = ["| case | runner | dtype | CUDA graphs | metric | value | bound | throughput | STS-B Spearman | result |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -287,12 +282,13 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
+    """The ``make gpu-smoke`` command line (see the module's docstring); the exit status."""
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.gpu_smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--check-gpu", action="store_true", help="only check for a GPU (0; 77 without)")
     parser.add_argument("--cases", default=None, help="comma-separated: embed,cross-encoder,colbert,qwen3-embed")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--limit", type=int, default=None, help="the first N STS-B pairs only")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("GPU_SMOKE_OUT", REPO / "reports")),
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("GPU_SMOKE_OUT", REPORTS)),
                         help="reports directory (default: $GPU_SMOKE_OUT, else reports/)")
     args = parser.parse_args(argv)
 
@@ -322,7 +318,7 @@ def main(argv=None) -> int:
         print(f"\n== {name}: {case.model}, {case.count(inputs)} items; reference on the CPU", flush=True)
         ref = case.reference(model, inputs)
         for dtype in args.dtypes.split(","):
-            for runner in RUNNERS:
+            for runner in ("MRV2", "V1"):
                 rows.append(run_row(case, model, inputs, ref, runner, dtype))
                 print(markdown(rows[-1:]).splitlines()[-1], flush=True)
     write_reports(args.out, rows, "passed" if all(r.passed for r in rows) else "failed", how)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from scripts.common.environ import environ
+
 POOLING_DICTS = ("_EMBEDDING_MODELS", "_SEQUENCE_CLASSIFICATION_MODELS", "_TOKEN_CLASSIFICATION_MODELS",
                  "_REWARD_MODELS", "_LATE_INTERACTION_MODELS")
 REMOTE = "needs remote code ({}) that no installed package ships: no config class, and no transformers reference"
@@ -125,28 +127,27 @@ def selector_verdict(model_dir, **engine) -> tuple[str, str | None]:
     the reason is what the selector logged while deciding (its warnings and
     info lines from ``vllm.config.vllm``), or None when it logged nothing.
     Builds the engine config only (no engine)."""
-    import os
-
     from vllm import logger as vllm_logger
     from vllm.engine.arg_utils import EngineArgs
 
-    os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    config = EngineArgs(model=str(model_dir), runner="pooling", dtype="float32", enforce_eager=True,
-                        **engine).create_engine_config()
     messages: list[str] = []
 
     class Capture(logging.Handler):
         def emit(self, record):
             messages.append(record.getMessage())
 
-    handler, log = Capture(level=logging.INFO), logging.getLogger("vllm.config.vllm")
-    for cached in (vllm_logger._print_warning_once, vllm_logger._print_info_once):
-        cached.cache_clear()
-    log.addHandler(handler)
-    try:
-        v2 = config.use_v2_model_runner
-    finally:
-        log.removeHandler(handler)
+    # use_v2_model_runner is a property that reads the variable: unset while it is asked
+    with environ(VLLM_USE_V2_MODEL_RUNNER=None):
+        config = EngineArgs(model=str(model_dir), runner="pooling", dtype="float32", enforce_eager=True,
+                            **engine).create_engine_config()
+        handler, log = Capture(level=logging.INFO), logging.getLogger("vllm.config.vllm")
+        for cached in (vllm_logger._print_warning_once, vllm_logger._print_info_once):
+            cached.cache_clear()
+        log.addHandler(handler)
+        try:
+            v2 = config.use_v2_model_runner
+        finally:
+            log.removeHandler(handler)
     return ("MRV2" if v2 else "V1"), ("; ".join(messages) or None)
 
 

@@ -6,7 +6,9 @@ runner (``VLLM_USE_V2_MODEL_RUNNER=0``), against transformers on the same
 weights (``scripts/validation/references.py``), fp32, max abs error <= 1e-4; plus the
 real-weight rows (all-MiniLM-L6-v2 against sentence-transformers) and the
 MTEB STS rows (STS-B test through ``mteb``, sentence-transformers against
-the engine through mteb's ``VllmEncoderWrapper``).
+the engine through mteb's ``VllmEncoderWrapper``): ``scripts/validation/matrix_real.py``.
+Every engine is opened by ``scripts.validation.engine.vllm_runner``, which
+asserts the runner (and MRV2's input preparation) before a row is measured.
 
 Engines run inside this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, one
 engine per case and runner, every task of the case through it): start-up
@@ -23,35 +25,22 @@ status 1 when any row fails.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Callable
 
-import numpy as np
-
-from scripts.series.base import REPO
-from scripts.validation.engine import (assert_runner, close_llm, embed, engine_env, expected_input_preparation,
-                            hf_forward, input_preparation, l2_normalize, open_llm, rowwise_cosine,
-                            runner_in_use, select_runner, st_embed)
-from scripts.validation.engine import quiet_vllm
+from scripts.common.environ import environ
+from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
+                                       quiet_vllm, vllm_runner)
+from scripts.validation.matrix_real import REAL, ROW_IDS
 from scripts.validation.matrix_rows import CASES, Case, inputs
-from scripts.validation.models import minilm_path, sts_test
-from scripts.validation.references import activation, maxsim  # noqa: F401  (maxsim: used by the e2e tests)
+from scripts.validation.matrix_tasks import max_abs_error
+from scripts.validation.models import MODELS
 
-MODELS = REPO / ".build" / "models"
-REPORTS_DIR = REPO / "reports"
-RUNNERS = {"MRV2": "default", "V1": "v1"}  # MRV2 must be what vLLM picks by default
 # Small models: a 64 MiB KV cache instead of 30% of the node (allocating that is most of a start-up)
 ENGINE_DEFAULTS = {"kv_cache_memory_bytes": 64 << 20}
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis (kept for the e2e tests)."""
-    return activation(x) if x.shape[-1] > 1 else np.ones_like(x)
 
 
 @dataclass
@@ -84,22 +73,6 @@ def cpu_time() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def in_process(enable: bool = True) -> None:
-    """Engines opened from now on run inside this process (no engine-core and
-    worker processes) when ``enable``."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if enable else "1"
-
-
-def close(llm) -> None:
-    """Shut an engine down; in-process, also tear down its distributed state so
-    that the next engine can initialise it again."""
-    close_llm(llm)
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-        cleanup_dist_env_and_memory()
-
-
 def use_task(llm, task: str) -> None:
     """Point the offline front-end at ``task``. ``LLM`` serves one pooling
     task per instance (``PoolerConfig.task``, else the model's first
@@ -124,22 +97,11 @@ def use_task(llm, task: str) -> None:
     llm.pooling_task = task
 
 
-def max_abs_error(got: list, want: list) -> float:
-    """Largest |got - want| over matching arrays; ``AssertionError`` when the
-    counts or shapes differ."""
-    if len(got) != len(want):
-        raise AssertionError(f"{len(got)} outputs, {len(want)} expected")
-    for i, (g, w) in enumerate(zip(got, want)):
-        if g.shape != w.shape:
-            raise AssertionError(f"output {i}: shape {g.shape}, reference {w.shape}")
-    return float(max(np.abs(g - w).max() for g, w in zip(got, want)))
-
-
 def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
-    """Every (task, runner) row of ``case``: one engine per runner, every task
-    through it. Never raises: a row that cannot run fails with its reason."""
-    engine_env()
-    multiprocessing = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    """Every (task, runner) row of ``case``: one engine per runner
+    (``vllm_runner``: the runner asserted, ``case.default`` by vLLM's default
+    choice, V1 by ``VLLM_USE_V2_MODEL_RUNNER=0``), every task through it.
+    Never raises: a row that cannot run fails with its reason."""
     rows: list[Row] = []
     model = refs = None
     setup_wall, setup_cpu = time.perf_counter(), cpu_time()
@@ -151,46 +113,34 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
         setup_error = f"checkpoint or reference: {type(e).__name__}: {e}"
     setup_wall, setup_cpu = time.perf_counter() - setup_wall, cpu_time() - setup_cpu
     print(f"  setup (checkpoint, references): {setup_wall:.1f} s wall, {setup_cpu:.1f} s CPU", flush=True)
+    # The Transformers backend decorates transformers' model classes in the process that builds
+    # the model (vllm/compilation/decorators.py): keep that out of this process, whose references
+    # construct those classes.
+    own_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"} if case.engine.get("model_impl") == "transformers" else {}
     for runner in runners or case.runners:
         start, start_cpu = time.perf_counter(), cpu_time()
         ran = prep = None
         results: dict[str, tuple[float | None, str | None]] = {}
-        llm = None
         try:
             if refs is None:
                 raise RuntimeError(setup_error)
-            # The Transformers backend decorates transformers' model classes in the process that
-            # builds the model (vllm/compilation/decorators.py): keep that out of this process,
-            # whose references construct those classes.
-            if case.engine.get("model_impl") == "transformers":
-                os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
-            llm = open_llm(model, runner="default" if runner == case.default else "v1",
-                           **{**ENGINE_DEFAULTS, **case.engine})
-            ran = runner_in_use(llm)
-            prep = input_preparation(llm) if ran == "MRV2" else None
-            wrong = None
-            try:
-                assert_runner(llm, runner)
-            except AssertionError as e:
-                wrong = f"runner: {e}"
-            default_task = llm.pooling_task
-            for t in case.tasks:
-                try:
-                    use_task(llm, default_task if t.name == "score" else t.name.split(" ")[0])
-                    got = t.run(llm, inputs(t.inputs))
-                    value = max_abs_error(got, refs[t.name])
-                    bad = None if value <= t.tolerance else f"max abs error {value:.3g} > {t.tolerance:g}"
-                    results[t.name] = (value, wrong or bad)
-                except Exception as e:
-                    traceback.print_exc()
-                    results[t.name] = (None, wrong or f"{type(e).__name__}: {e}")
-        except Exception as e:
+            with environ(**own_process), vllm_runner(model, "default" if runner == case.default else "v1",
+                                                     want=runner, **{**ENGINE_DEFAULTS, **case.engine}) as llm:
+                ran, prep = runner, input_preparation(llm) if runner == "MRV2" else None
+                default_task = llm.pooling_task
+                for t in case.tasks:
+                    try:
+                        use_task(llm, default_task if t.name == "score" else t.name.split(" ")[0])
+                        value = max_abs_error(t.run(llm, inputs(t.inputs)), refs[t.name])
+                        results[t.name] = (value, None if value <= t.tolerance else
+                                           f"max abs error {value:.3g} > {t.tolerance:g}")
+                    except Exception as e:
+                        traceback.print_exc()
+                        results[t.name] = (None, f"{type(e).__name__}: {e}")
+        except Exception as e:  # AssertionError: vllm_runner found another runner (or input preparation)
             traceback.print_exc()
-            results = {t.name: (None, f"engine: {type(e).__name__}: {str(e)[:500]}") for t in case.tasks}
-        finally:
-            if llm is not None:
-                close(llm)
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = multiprocessing
+            what = "runner" if isinstance(e, AssertionError) else "engine"
+            results = {t.name: (None, f"{what}: {type(e).__name__}: {str(e)[:500]}") for t in case.tasks}
         wall, cpu = time.perf_counter() - start, cpu_time() - start_cpu
         print(f"  {runner}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
         seconds, cpu = wall / max(1, len(case.tasks)), cpu / max(1, len(case.tasks))
@@ -200,98 +150,6 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
                             ran, prep, case.prep, t.reference_label, "max abs error", value, t.tolerance,
                             reason is None, seconds, reason, case.known_fault, cpu))
     return rows
-
-
-# --- real weights and MTEB STS (all-MiniLM-L6-v2) ---------------------------------------------
-
-
-def _on_engine(model, runner: str, fn: Callable, **kwargs):
-    llm = open_llm(model, runner=RUNNERS[runner], **kwargs)
-    try:
-        assert_runner(llm, runner)
-        return fn(llm)
-    finally:
-        close(llm)
-
-
-def minilm_embed(runner: str) -> float:
-    """min cosine of the engine's embeddings of STS-B test with sentence-transformers'."""
-    sentences = sts_test().sentences
-    got = _on_engine(minilm_path(), runner, lambda llm: embed(llm, sentences)[0])
-    return float(rowwise_cosine(got, st_embed(minilm_path(), sentences)).min())
-
-
-def minilm_token_embed(runner: str) -> float:
-    sentences = sts_test().sentences[:128]
-    got = _on_engine(minilm_path(), runner, lambda llm: [
-        o.outputs.data.float().numpy() for o in llm.encode(sentences, pooling_task="token_embed", use_tqdm=False)],
-        pooler_config={"task": "token_embed"})
-    return max_abs_error(got, [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)])
-
-
-def mteb_sts(runner: str) -> float:
-    """|main score (cosine Spearman) of the engine - that of sentence-transformers|."""
-    import mteb
-    from mteb.models.vllm_wrapper import VllmEncoderWrapper
-
-    reference = mteb_sts_reference()
-    engine_env()
-    select_runner(RUNNERS[runner])
-    spawn = os.environ.get("VLLM_WORKER_MULTIPROC_METHOD")
-    wrapper = VllmEncoderWrapper(str(minilm_path()), dtype="float32", gpu_memory_utilization=0.3,
-                                 enforce_eager=True, trust_remote_code=False)
-    # the wrapper switches vLLM's workers to spawn for the whole process: only for itself
-    if spawn is None:
-        os.environ.pop("VLLM_WORKER_MULTIPROC_METHOD", None)
-    else:
-        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = spawn
-    try:
-        assert_runner(wrapper.llm, runner)
-        score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
-                              show_progress_bar=False).task_results[0].get_score()
-    finally:
-        close(wrapper.llm)
-    return abs(score - reference)
-
-
-@functools.cache
-def mteb_sts_reference() -> float:
-    """sentence-transformers' main score on the local STSBenchmark task (once a process)."""
-    import mteb
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(minilm_path()), device="cpu")
-    return mteb.evaluate(model, local_sts_task(), cache=None,
-                         show_progress_bar=False).task_results[0].get_score()
-
-
-def local_sts_task():
-    """mteb's STSBenchmark task, its test split read from ``../shared/data``
-    instead of the hub."""
-    from datasets import Dataset
-    from mteb.tasks.sts.eng.sts_benchmark_sts import STSBenchmarkSTS
-
-    class LocalSTSBenchmark(STSBenchmarkSTS):
-        def load_data(self, num_proc=None, *, timer=None, **kwargs):
-            if self.data_loaded:
-                return
-            pairs = sts_test()
-            self.dataset = {"default": {"test": Dataset.from_dict(
-                {"sentence1": pairs.first, "sentence2": pairs.second, "score": pairs.gold})}}
-            self.data_loaded = True
-
-    return LocalSTSBenchmark()
-
-
-# id: (task, metric, tolerance, reference, measure)
-REAL = {
-    "minilm-embed": ("embed", "min cosine", 0.99999, "sentence-transformers", minilm_embed),
-    "minilm-token-embed": ("token_embed", "max abs error", 1e-4,
-                           "transformers last_hidden_state per token, normalised", minilm_token_embed),
-    "mteb-sts": ("MTEB STS (STSBenchmark test)", "abs delta", 1e-4, "sentence-transformers under mteb",
-                 mteb_sts),
-}
-ROW_IDS = [f"{k}/{r}" for k in REAL for r in RUNNERS]
 
 
 def run_row(row_id: str) -> Row:
@@ -307,7 +165,7 @@ def run_row(row_id: str) -> Row:
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    # ``_on_engine`` / ``mteb_sts`` assert the runner before measuring: a value means it ran
+    # the measures assert the runner before measuring: a value means it ran
     ran = runner if value is not None else None
     return Row(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, ran,
                None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
@@ -315,6 +173,7 @@ def run_row(row_id: str) -> Row:
 
 
 def main(argv=None) -> int:
+    """The ``make matrix`` command line (see the module's docstring); the exit status."""
     from scripts.validation import matrix_report
 
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n")[0])
@@ -336,20 +195,20 @@ def main(argv=None) -> int:
         print(f"error: unknown ids {sorted(unknown) or args.rows}; see --list", file=sys.stderr)
         return 2
     quiet_vllm("matrix")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    in_process(not args.processes)
+    engine_env()
     start, start_cpu = time.perf_counter(), cpu_time()
     print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
     rows: list[Row] = []
-    for i, c in enumerate(cases, 1):
-        print(f"[{i}/{len(cases)}] {c.id} ({c.architecture}); load average {os.getloadavg()[0]:.1f}", flush=True)
-        rows += run_case(c)
-        print("  -> " + ", ".join(f"{r.task}/{r.runner}: {'pass' if r.passed else 'FAIL'}"
-                                  for r in rows if r.id.startswith(c.id + "/")), flush=True)
-    for row_id in real:
-        print(f"[real] {row_id}; load average {os.getloadavg()[0]:.1f}", flush=True)
-        rows.append(run_row(row_id))
-        print(f"  {rows[-1].seconds:.1f} s wall, {rows[-1].cpu_seconds:.1f} s CPU", flush=True)
+    with environ(VLLM_ENABLE_V1_MULTIPROCESSING="1" if args.processes else "0"):
+        for i, c in enumerate(cases, 1):
+            print(f"[{i}/{len(cases)}] {c.id} ({c.architecture}); load average {os.getloadavg()[0]:.1f}", flush=True)
+            rows += run_case(c)
+            print("  -> " + ", ".join(f"{r.task}/{r.runner}: {'pass' if r.passed else 'FAIL'}"
+                                      for r in rows if r.id.startswith(c.id + "/")), flush=True)
+        for row_id in real:
+            print(f"[real] {row_id}; load average {os.getloadavg()[0]:.1f}", flush=True)
+            rows.append(run_row(row_id))
+            print(f"  {rows[-1].seconds:.1f} s wall, {rows[-1].cpu_seconds:.1f} s CPU", flush=True)
     selections = matrix_report.selector_rows() if everything or args.update else []
     wall = time.perf_counter() - start
     print(f"matrix: {wall:.0f} s wall, {cpu_time() - start_cpu:.0f} s CPU, load average now "

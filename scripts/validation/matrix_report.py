@@ -12,9 +12,13 @@ import traceback
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 
+from scripts.common import reports
+from scripts.common.paths import REPORTS
 from scripts.validation.inventory import Entry, inventory, registry_pooling, selector_verdict
-from scripts.validation.matrix import MODELS, REPORTS_DIR, Row
-from scripts.validation.matrix_rows import FAMILIES
+from scripts.validation.matrix import Row
+from scripts.validation.matrix_real import REAL
+from scripts.validation.matrix_rows import CASES, FAMILIES
+from scripts.validation.models import MODELS
 from scripts.validation.selector_cases import SELECTOR_CASES
 
 SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
@@ -67,6 +71,7 @@ def counts(entries: list[Entry], rows: list[Row]) -> dict:
 
 
 def markdown(rows: list[Row], entries: list[Entry], wall: float) -> str:
+    """``matrix.md``: counts, failures first, the rows grouped by family, the inventory."""
     c = counts(entries, rows)
     failed = [r for r in rows if not r.passed]
     out = ["# Validation matrix", "",
@@ -106,28 +111,22 @@ def markdown(rows: list[Row], entries: list[Entry], wall: float) -> str:
 
 
 def junit(rows: list[Row]) -> ET.ElementTree:
-    suite = ET.Element("testsuite", name="validation-matrix", tests=str(len(rows)),
-                       failures=str(sum(not r.passed for r in rows)),
-                       time=f"{sum(r.seconds for r in rows):.1f}")
-    for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=f"matrix.{r.family}.{r.runner}", name=r.id,
-                             time=f"{r.seconds:.1f}")
-        if not r.passed:
-            ET.SubElement(case, "failure", message=r.reason or "failed").text = json.dumps(asdict(r))
-    return ET.ElementTree(suite)
+    """``matrix-junit.xml``: one test case per row (class ``matrix.<family>.<runner>``,
+    named by the row id); a failed row's failure carries its reason and the row as JSON."""
+    return reports.junit([reports.Suite("validation-matrix", [
+        reports.Case(f"matrix.{r.family}.{r.runner}", r.id, "passed" if r.passed else "failure",
+                     message=r.reason or "failed", detail="" if r.passed else json.dumps(asdict(r)),
+                     seconds=r.seconds) for r in rows])])
 
 
 def write(rows: list[Row], selections: list[Row], wall: float, directory=None, update: bool = False) -> None:
     """Write the three reports and print the Markdown. ``update``: the rows
     replace those of the same id in the existing ``matrix.json`` (the others
     and the selector verdicts are kept; the wall time adds up)."""
-    directory = directory or REPORTS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = directory or REPORTS
     rows = rows + selections
     if update and (directory / "matrix.json").exists():
         old = json.loads((directory / "matrix.json").read_text())
-        from scripts.validation.matrix import CASES, REAL
-
         known = {c.id for c in CASES} | {s.id for s in SELECTOR_CASES} | set(REAL)
         fresh = {r.id: r for r in rows}
         merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"] if r["id"].split("/")[0] in known]
@@ -138,10 +137,10 @@ def write(rows: list[Row], selections: list[Row], wall: float, directory=None, u
                 SELECTIONS[e["impl"]] = ("V1", e["reason"])
     entries = inventory(SELECTIONS)
     md = markdown(rows, entries, wall)
-    (directory / "matrix.md").write_text(md)
-    (directory / "matrix.json").write_text(json.dumps(
-        {"wall_seconds": wall, "counts": counts(entries, rows), "rows": [asdict(r) for r in rows],
-         "inventory": [asdict(e) for e in entries]}, indent=2))
-    junit(rows).write(directory / "matrix-junit.xml", encoding="utf-8", xml_declaration=True)
+    reports.write_reports({
+        "matrix.md": md,
+        "matrix.json": {"wall_seconds": wall, "counts": counts(entries, rows), "rows": [asdict(r) for r in rows],
+                        "inventory": [asdict(e) for e in entries]},
+        "matrix-junit.xml": junit(rows)}, directory)
     print("\n" + md)
     print(f"written {directory / 'matrix.md'}, matrix.json, matrix-junit.xml")

@@ -34,6 +34,7 @@ modernbert = dict(pad_token_id=0, bos_token_id=101, eos_token_id=102, cls_token_
 
 
 def decoder(config_cls, model_cls, **kw):
+    """A maker of a decoder checkpoint (``zoo.make_hf`` with the decoder sizes)."""
     return partial(make_hf, config_cls=config_cls, model_cls=model_cls, decoder=True, **kw)
 
 

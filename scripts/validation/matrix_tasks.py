@@ -59,6 +59,7 @@ class Case:
 
     @property
     def runners(self) -> tuple[str, ...]:
+        """The runners the case is checked on: its default (asserted) and V1, or V1 alone."""
         return ("MRV2", "V1") if self.default == "MRV2" else ("V1",)
 
 
@@ -83,11 +84,23 @@ def inputs(kind: str) -> list:
     return {"texts": PROMPTS, "pairs": PAIRS}[kind]
 
 
+def max_abs_error(got: list, want: list) -> float:
+    """Largest |got - want| over matching arrays; ``AssertionError`` when the
+    counts or shapes differ."""
+    if len(got) != len(want):
+        raise AssertionError(f"{len(got)} outputs, {len(want)} expected")
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape:
+            raise AssertionError(f"output {i}: shape {g.shape}, reference {w.shape}")
+    return float(max(np.abs(g - w).max() for g, w in zip(got, want)))
+
+
 def _arrays(xs) -> list[np.ndarray]:
     return [np.atleast_1d(np.asarray(x, dtype=np.float32)) for x in xs]
 
 
 def run_embed(llm, prompts):
+    """``LLM.embed``: one float32 vector [d] per prompt."""
     return _arrays(o.outputs.embedding for o in llm.embed(prompts, use_tqdm=False))
 
 
@@ -104,6 +117,7 @@ def run_siglip_text(llm, prompts):
 
 
 def run_classify(llm, prompts):
+    """``LLM.classify``: the probabilities [labels] of each prompt, float32."""
     return _arrays(o.outputs.probs for o in llm.classify(prompts, use_tqdm=False))
 
 
@@ -120,6 +134,7 @@ def run_encode(task: str, **params):
 
 
 def run_score(llm, pairs):
+    """``LLM.score`` of the pairs' one query against their documents: a [1] score per pair."""
     (query,) = {q for q, _ in pairs}
     return _arrays(o.outputs.score for o in llm.score(query, [d for _, d in pairs], use_tqdm=False))
 

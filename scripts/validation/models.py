@@ -28,10 +28,20 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.series.base import REPO
+from scripts.common.paths import BUILD, REPO
 
 STS_TEST = Path(os.environ.get("STS_DATA", REPO.parent / "shared" / "data" / "stsbenchmark")) / "sts-test.csv"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
+# Where the jobs and the tests keep the checkpoints they make at run time.
+MODELS = BUILD / "models"
+
+# The sizes of every random-weight checkpoint made here and in ``scripts/validation/zoo*.py``
+# (DESIGN.md: 2 layers, hidden <= 128; the CPU attention backend needs head_dim >= 64).
+TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
+MINILM_VOCAB = 30522  # MiniLM's BERT WordPiece vocabulary
+TINY_BERT = dict(TINY, vocab_size=MINILM_VOCAB, max_position_embeddings=512)
+TINY_DECODER = dict(TINY, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
+                    vocab_size=MINILM_VOCAB, tie_word_embeddings=False)
 
 
 def minilm_path() -> Path:
@@ -51,21 +61,12 @@ def copy_tokenizer(dest: Path) -> None:
 
 
 def make_tiny_qwen3(dest: Path, seed: int = 0) -> Path:
-    """Save a random-weight ``Qwen3ForCausalLM`` (2 layers, hidden 128, 2 heads of
-    64, fp32) with MiniLM's tokenizer to ``dest``; reuse it when present."""
-    dest = Path(dest)
-    if (dest / "config.json").exists():
-        return dest
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """Save a random-weight ``Qwen3ForCausalLM`` (``TINY_DECODER`` sizes: 2
+    layers, hidden 128, 2 heads of 64, one KV head; tied embeddings; fp32) with
+    MiniLM's tokenizer to ``dest``; reuse it when present."""
+    from scripts.validation.zoo import make_hf
 
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-        max_position_embeddings=512, tie_word_embeddings=True,
-    )
-    return _save(dest, Qwen3ForCausalLM(config).to(torch.float32))
+    return make_hf(dest, "Qwen3Config", "Qwen3ForCausalLM", decoder=True, seed=seed, tie_word_embeddings=True)
 
 
 TINY_BERT_HEADS = {
@@ -113,10 +114,7 @@ def make_tiny_bert(dest: Path, head: str = "base", num_labels: int = 3, seed: in
 
     cls = getattr(transformers, TINY_BERT_HEADS[head])
     torch.manual_seed(seed)
-    config = transformers.BertConfig(
-        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
-    )
+    config = transformers.BertConfig(**TINY_BERT, num_labels=num_labels)
     model = cls(config).to(torch.float32)
     if classifier_scale != 1.0:
         with torch.no_grad():
@@ -136,21 +134,14 @@ COLBERT_BACKBONES = {
 
 def make_tiny_modernbert(dest: Path, num_labels: int = 3, seed: int = 0) -> Path:
     """Save a random-weight ``ModernBertForSequenceClassification`` (CLS
-    pooling, 2 layers, hidden 128, 2 heads of 64, ``num_labels`` labels,
-    fp32) with MiniLM's tokenizer to ``dest``; reuse it when present."""
-    dest = Path(dest)
-    if (dest / "config.json").exists():
-        return dest
-    import torch
-    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+    pooling, ``TINY_BERT`` sizes: 2 layers, hidden 128, 2 heads of 64;
+    ``num_labels`` labels, fp32) with MiniLM's tokenizer to ``dest``; reuse it
+    when present."""
+    from scripts.validation.zoo import make_hf
 
-    torch.manual_seed(seed)
-    config = ModernBertConfig(
-        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=512, num_labels=num_labels,
-        classifier_pooling="cls", **COLBERT_BACKBONES["modernbert"][4],
-    )
-    return _save(dest, ModernBertForSequenceClassification(config).to(torch.float32))
+    return make_hf(dest, "ModernBertConfig", "ModernBertForSequenceClassification", seed=seed,
+                   max_position_embeddings=512, num_labels=num_labels, classifier_pooling="cls",
+                   **COLBERT_BACKBONES["modernbert"][4])
 
 
 def make_tiny_colbert(dest: Path, backbone: str = "bert", dim: int = 32, seed: int = 0) -> Path:
@@ -168,10 +159,7 @@ def make_tiny_colbert(dest: Path, backbone: str = "bert", dim: int = 32, seed: i
 
     config_cls, model_cls, prefix, arch, extra = COLBERT_BACKBONES[backbone]
     torch.manual_seed(seed)
-    config = getattr(transformers, config_cls)(
-        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, max_position_embeddings=512, **extra,
-    )
+    config = getattr(transformers, config_cls)(**TINY_BERT, **extra)
     model = getattr(transformers, model_cls)(config).to(torch.float32)
     weights = {f"{prefix}{k}": v.contiguous() for k, v in model.state_dict().items()
                if not k.startswith("pooler.")}

@@ -60,6 +60,7 @@ def activation(logits: np.ndarray) -> np.ndarray:
 
 
 def l2(x: np.ndarray) -> np.ndarray:
+    """Rows (the last axis) divided by their L2 norm."""
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
@@ -225,25 +226,33 @@ def images(n: int = 3, size: int = 32, seed: int = 0) -> list:
     return [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n)]
 
 
-def clip(model_dir, inputs):
-    """CLIP (transformers ``CLIPModel``): text prompts through
-    ``get_text_features``, images (PIL) through ``get_image_features`` with the
-    checkpoint's ``CLIPProcessor``; L2-normalised, as CLIP's similarity uses them."""
+def _two_tower(model_dir, inputs, model_cls: str, processor_cls: str, text_features) -> list:
+    """Text prompts through ``text_features(model, processor, text)``, images
+    (PIL) through ``get_image_features`` with the checkpoint's processor;
+    each feature vector L2-normalised, float32 ``[d]``."""
     import transformers
 
     torch = _torch()
-    processor = transformers.CLIPProcessor.from_pretrained(str(model_dir))
-    model = transformers.CLIPModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    processor = getattr(transformers, processor_cls).from_pretrained(str(model_dir))
+    model = getattr(transformers, model_cls).from_pretrained(str(model_dir), dtype=torch.float32).eval()
     out = []
     with torch.inference_mode():
         for x in inputs:
             if isinstance(x, str):
-                f = model.get_text_features(**processor(text=[x], return_tensors="pt"))
+                f = text_features(model, processor, x)
             else:
                 f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
             f = getattr(f, "pooler_output", f)
             out.append(l2(f[0].numpy()))
     return out
+
+
+def clip(model_dir, inputs):
+    """CLIP (transformers ``CLIPModel``): text prompts through
+    ``get_text_features``, images (PIL) through ``get_image_features`` with the
+    checkpoint's ``CLIPProcessor``; L2-normalised, as CLIP's similarity uses them."""
+    return _two_tower(model_dir, inputs, "CLIPModel", "CLIPProcessor", lambda model, processor, x:
+                      model.get_text_features(**processor(text=[x], return_tensors="pt")))
 
 
 SIGLIP_TEXT = {"padding": "max_length", "max_length": 64}  # how SigLIP was trained (and is served)
@@ -257,19 +266,52 @@ def siglip(model_dir, inputs):
     transformers 5's does, and vLLM, as SigLIP, has none), images through
     ``get_image_features`` with the checkpoint's ``SiglipProcessor``;
     L2-normalised (vLLM's embed default)."""
-    import transformers
+    return _two_tower(model_dir, inputs, "SiglipModel", "SiglipProcessor", lambda model, processor, x:
+                      model.get_text_features(input_ids=processor(text=[x], return_tensors="pt",
+                                                                  **SIGLIP_TEXT)["input_ids"]))
 
-    torch = _torch()
-    processor = transformers.SiglipProcessor.from_pretrained(str(model_dir))
-    model = transformers.SiglipModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    out = []
-    with torch.inference_mode():
-        for x in inputs:
-            if isinstance(x, str):
-                ids = processor(text=[x], return_tensors="pt", **SIGLIP_TEXT)["input_ids"]
-                f = model.get_text_features(input_ids=ids)
-            else:
-                f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
-            f = getattr(f, "pooler_output", f)
-            out.append(l2(f[0].numpy()))
-    return out
+
+# --- references of the smoke job, the benchmarks and the e2e tests (also importable from
+# scripts.validation.engine) ---------------------------------------------------------------
+
+
+def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarray:
+    """sentence-transformers reference embeddings, fp32 on the CPU, shape (N, d)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(model_dir), device="cpu")
+    return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
+
+
+def hf_forward(model_dir, prompts: list, auto_class: str = "AutoModel",
+               output: str = "last_hidden_state") -> list[np.ndarray]:
+    """Run a transformers model on each prompt alone (text, or a list of
+    token ids used as they are), fp32, no padding; return ``output`` of each
+    (``last_hidden_state`` [len, d] or ``logits``), float32 arrays
+    (``forward`` with its defaults)."""
+    return forward(model_dir, prompts, auto_class, output)
+
+
+def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray:
+    """transformers reference of a one-label cross-encoder's ``LLM.score``:
+    the sigmoid of the logit of each pair ``(first[i], second[i])``, tokenized
+    as a pair (token types included), fp32, shape (N,) (``cross_encoder_score``)."""
+    return np.asarray([s[0] for s in cross_encoder_score(model_dir, list(zip(first, second)))], dtype=np.float32)
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows (the last axis) divided by their L2 norm."""
+    return l2(x)
+
+
+def hf_last_token_embed(model_dir, prompts: list) -> np.ndarray:
+    """transformers reference of last-token pooling: the final hidden state of
+    each prompt's last token, L2-normalised, fp32, shape (N, d). Mirrors the
+    default pooler of a decoder run as an embedding model in vLLM."""
+    return np.stack(embed(model_dir, prompts, pooling="LAST"))
+
+
+def hf_mean_embed(model_dir, prompts: list) -> np.ndarray:
+    """transformers reference of mean pooling over all tokens, L2-normalised,
+    fp32, shape (N, d): what sentence-transformers computes for MiniLM."""
+    return np.stack(embed(model_dir, prompts, pooling="MEAN"))

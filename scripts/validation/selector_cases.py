@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
+from scripts.validation.matrix_rows import REWARD_FAULT
 from scripts.validation.matrix_rows import case as matrix_case
 from scripts.validation.zoo import make_hf
-
-REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
 
 
 @dataclass(frozen=True)

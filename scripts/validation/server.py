@@ -25,10 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.series.base import REPO
+from scripts.common.paths import BUILD
 from scripts.validation.engine import RUNNER_ENV, runner_kind
 
-LOGS = REPO / ".build" / "logs"
+LOGS = BUILD / "logs"
 # The CPU worker refuses to start unless this share of the NUMA node's memory
 # is free, and reserves it. The models served here are encoder-only (no KV
 # cache), so a small share keeps several servers and engines side by side.

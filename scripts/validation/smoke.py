@@ -9,8 +9,9 @@ engine and check the result against the references on the same weights.
    native input preparation of patch 0008), against transformers' last
    hidden state of the last token.
 
-For each it prints the runner that actually ran (asked of the worker) and
-how MRV2 prepared its inputs,
+Each engine is opened by ``scripts.validation.engine.vllm_runner``, which
+asserts (asking the worker) that MRV2 ran and how it prepared its inputs. For
+each model the job prints that runner and input preparation, the
 sentences per second of the ``LLM.embed`` call, and the minimum cosine
 similarity with the reference over all sentences; it writes the figures to
 ``reports/smoke.json``. Exit status 1 when a model falls below DESIGN.md's
@@ -25,40 +26,45 @@ the native kernels of patch 0008 where Triton has no backend).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from scripts.series.base import REPO, load_base
-from scripts.validation.engine import (close_llm, embed, expected_input_preparation, hf_last_token_embed,
-                            input_preparation, open_llm, quiet_vllm, rowwise_cosine, runner_in_use,
-                            st_embed, sts_spearman)
-from scripts.validation.models import make_tiny_qwen3, minilm_path, sts_test
+from scripts.common.reports import write_reports
+from scripts.series.base import load_base
+from scripts.validation.engine import (embed, expected_input_preparation, hf_last_token_embed, input_preparation,
+                                       quiet_vllm, rowwise_cosine, st_embed, sts_spearman, vllm_runner)
+from scripts.validation.models import MODELS, make_tiny_qwen3, minilm_path, sts_test
 
 MIN_COSINE = 0.99999
-REPORTS = REPO / "reports"
 
 
-def run_model(name, path, runner, sentences, reference, pairs=None):
+def run_model(name, path, runner, sentences, reference, pairs=None) -> dict:
+    """Embed ``sentences`` with ``path`` on an engine opened by ``vllm_runner``
+    with ``runner`` (``"default"`` or ``"v2"``), which asserts that MRV2 ran
+    (vLLM's default for the model, patch 0007; or as requested) and prepared
+    its inputs as this machine should; compare with ``reference(path,
+    sentences)``. Returns the row: runner, sentences/s, min cosine and max abs
+    error against the reference (and STS-B Spearman of both with ``pairs``);
+    when the assertion fails, the row holds that ``failure`` and no figures."""
     print(f"\n== {name}: {len(sentences)} STS-B sentences, runner requested: {runner}", flush=True)
-    llm = open_llm(path, runner=runner)
+    row = {"model": name, "runner_requested": runner}
     try:
-        used = runner_in_use(llm)
-        preparation = input_preparation(llm) if used == "MRV2" else None
-        if preparation:
-            used += f" ({preparation})"
-        vectors, seconds = embed(llm, sentences, progress=True)
-    finally:
-        close_llm(llm)
+        with vllm_runner(path, runner=runner) as llm:
+            preparation = input_preparation(llm)
+            vectors, seconds = embed(llm, sentences, progress=True)
+    except AssertionError as e:
+        why = "MRV2 requested" if runner == "v2" else "MRV2 is vLLM's default for it"
+        row["failure"] = f"{name} ({why}): {e}"
+        return row
     print(f"   reference: {reference.__name__}", flush=True)
     ref = reference(path, sentences)
-    row = {
-        "model": name, "runner_requested": runner, "runner": used, "input_preparation": preparation,
+    row.update({
+        "runner": f"MRV2 ({preparation})", "input_preparation": preparation,
         "sentences": len(sentences), "seconds": seconds,
         "sentences_per_s": len(sentences) / seconds,
         "min_cosine": float(rowwise_cosine(vectors, ref).min()),
         "max_abs_error": float(abs(vectors - ref).max()),
-    }
+    })
     if pairs is not None:
         n = len(pairs.first)
         row["spearman_vllm"] = sts_spearman(vectors[:n], vectors[n:], pairs.gold)
@@ -66,30 +72,38 @@ def run_model(name, path, runner, sentences, reference, pairs=None):
     return row
 
 
-def check(rows: list[dict], preparation: str) -> list[str]:
-    """What fails in ``rows`` (``run_model``'s): a minimum cosine under
-    ``MIN_COSINE``; a runner other than MRV2 (every row: MiniLM's default
-    runner, patch 0007, or MRV2 requested); MRV2 inputs prepared otherwise
-    than ``preparation``. One message a failure."""
+def check(rows: list[dict]) -> list[str]:
+    """What fails in ``rows`` (``run_model``'s): a row whose engine was not MRV2
+    with this machine's input preparation (its ``failure``), a minimum cosine
+    under ``MIN_COSINE``. One message a failure."""
     failures = []
     for r in rows:
-        if r["min_cosine"] < MIN_COSINE:
+        if "failure" in r:
+            failures.append(r["failure"])
+        elif r["min_cosine"] < MIN_COSINE:
             failures.append(f"{r['model']}: min cosine {r['min_cosine']:.7f} < {MIN_COSINE}")
-        why = "requested" if r["runner_requested"] == "v2" else "vLLM's default for it"
-        if r["input_preparation"] is None:
-            failures.append(f"{r['model']}: MRV2 expected ({why}) but {r['runner']} ran")
-        elif r["input_preparation"] != preparation:
-            failures.append(f"{r['model']}: MRV2 prepared its inputs with {r['input_preparation']}, "
-                            f"{preparation} expected on this machine")
     return failures
 
 
+def table(rows: list[dict]) -> str:
+    """The Markdown table the job prints: runner, speed, cosine, Spearman per row."""
+    lines = ["| model | runner | sentences/s | min cosine vs reference | STS-B Spearman (vLLM / reference) |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "failure" in r:
+            lines.append(f"| {r['model']} | FAIL: {r['failure']} | - | - | - |")
+            continue
+        sp = f"{r['spearman_vllm']:.4f} / {r['spearman_reference']:.4f}" if "spearman_vllm" in r else "-"
+        lines.append(f"| {r['model']} | {r['runner']} | {r['sentences_per_s']:.1f} | {r['min_cosine']:.7f} | {sp} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
+    """The ``make`` smoke job's command line (see the module's docstring); the exit status."""
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
     args = parser.parse_args(argv)
     quiet_vllm("smoke")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     pairs = sts_test()
     if args.limit:
         pairs = type(pairs)(pairs.first[:args.limit], pairs.second[:args.limit], pairs.gold[:args.limit])
@@ -98,22 +112,15 @@ def main(argv=None) -> int:
     print(f"vLLM {vllm.__version__} from {os.path.dirname(vllm.__file__)}; "
           f"MRV2 input preparation: {expected_input_preparation()}")
     rows = [run_model("all-MiniLM-L6-v2", minilm_path(), "default", pairs.sentences, st_embed, pairs)]
-    qwen3 = make_tiny_qwen3(REPO / ".build" / "models" / "tiny-qwen3")
+    qwen3 = make_tiny_qwen3(MODELS / "tiny-qwen3")
     rows.append(run_model("tiny-qwen3 (random)", qwen3, "v2", pairs.sentences, hf_last_token_embed))
 
-    REPORTS.mkdir(exist_ok=True)
-    (REPORTS / "smoke.json").write_text(json.dumps(
-        {"version": vllm.__version__, "base": load_base().version, "rows": rows}, indent=2))
-    print("\n| model | runner | sentences/s | min cosine vs reference | STS-B Spearman (vLLM / reference) |")
-    print("| --- | --- | --- | --- | --- |")
-    for r in rows:
-        sp = (f"{r['spearman_vllm']:.4f} / {r['spearman_reference']:.4f}"
-              if "spearman_vllm" in r else "-")
-        print(f"| {r['model']} | {r['runner']} | {r['sentences_per_s']:.1f} | {r['min_cosine']:.7f} | {sp} |")
-    failures = check(rows, expected_input_preparation())
+    (path,) = write_reports({"smoke.json": {"version": vllm.__version__, "base": load_base().version, "rows": rows}})
+    print("\n" + table(rows))
+    failures = check(rows)
     for f in failures:
         print(f"FAIL {f}", file=sys.stderr)
-    print(f"\nwritten {REPORTS / 'smoke.json'}")
+    print(f"\nwritten {path}")
     return 1 if failures else 0
 
 

@@ -22,13 +22,10 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from scripts.series.base import REPO
-from scripts.validation.models import atomic_dir, copy_tokenizer, sts_test
+from scripts.validation.models import MINILM_VOCAB, MODELS, TINY, TINY_DECODER, atomic_dir, copy_tokenizer, sts_test
 
-SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
-DECODER = dict(SMALL, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
-               vocab_size=30522, tie_word_embeddings=False)
-BPE_DIR = REPO / ".build" / "models" / "_bpe-tokenizer"
+SMALL, DECODER = TINY, TINY_DECODER  # the sizes of every checkpoint (scripts.validation.models)
+BPE_DIR = MODELS / "_bpe-tokenizer"
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
 
 
@@ -89,7 +86,7 @@ def _model(config_cls: str, model_cls: str, seed: int, config: dict):
 def vocab(tokenizer: str) -> int:
     """Vocabulary size of a tokenizer kind (``minilm``: 30,522; ``bpe``: as trained)."""
     if tokenizer == "minilm":
-        return 30522
+        return MINILM_VOCAB
     from transformers import AutoTokenizer
 
     return len(AutoTokenizer.from_pretrained(str(bpe_tokenizer(BPE_DIR))))

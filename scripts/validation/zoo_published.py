@@ -34,12 +34,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.validation.models import atomic_dir
+from scripts.validation.models import MINILM_VOCAB, atomic_dir
 from scripts.validation.zoo import SMALL, _build, _model, save_model_and_processor
 
 GELU_BERT = dict(SMALL, max_position_embeddings=512)
 # nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
-NOMIC_FIELDS = dict(activation_function="swiglu", n_embd=128, n_inner=256, n_layer=2, n_head=2, n_positions=512,
+NOMIC_FIELDS = dict(activation_function="swiglu", n_embd=SMALL["hidden_size"], n_inner=SMALL["intermediate_size"],
+                    n_layer=SMALL["num_hidden_layers"], n_head=SMALL["num_attention_heads"], n_positions=512,
                     layer_norm_epsilon=1e-12, qkv_proj_bias=False, mlp_fc1_bias=False, mlp_fc2_bias=False,
                     rotary_emb_base=1000, rotary_emb_fraction=1.0, rotary_emb_scale_base=None,
                     rotary_emb_interleaved=False, prenorm=False, causal=False)
@@ -79,7 +80,7 @@ def make_nomic(dest: Path, seed: int = 0) -> Path:
     saved in nomic-bert-2048's layout (``encoder.layers.N.attn.Wqkv``,
     ``mlp.fc11``/``fc12``/``fc2``, ``emb_ln``), config with both field sets."""
     def write(tmp: Path) -> None:
-        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(SMALL, vocab_size=30522,
+        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(SMALL, vocab_size=MINILM_VOCAB,
                        max_position_embeddings=512))
         model.save_pretrained(tmp)
         _edit_config(tmp, architectures=["NomicBertModel"], **NOMIC_FIELDS)

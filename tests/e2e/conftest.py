@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from scripts.common.environ import environ
 from scripts.validation.models import sts_test
 
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
@@ -34,6 +35,5 @@ def in_process():
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): start-up in seconds instead of a
     process spawn and a second torch import per engine. Not for tests that
     must survive a hanging engine (those need the engine core's own process)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    with environ(VLLM_ENABLE_V1_MULTIPROCESSING="0"):
         yield

@@ -22,11 +22,10 @@ import numpy as np
 import pytest
 import torch
 
-from scripts.validation.engine import assert_runner, close_llm, open_llm
+from scripts.validation.engine import vllm_runner
 from scripts.validation.models import make_tiny_bert
 
 TOL = 1e-4
-RUNNERS = {"v2": "MRV2", "v1": "V1"}
 TEXT = "terrible service, never again"
 QUERY = "what is the capital of france"
 DOCS = ["paris is the capital and largest city of france",
@@ -61,14 +60,11 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=np.float64)))
 
 
-@pytest.fixture(scope="module", params=list(RUNNERS))
+@pytest.fixture(scope="module", params=["v2", "v1"])
 def engine(request, model, in_process):
-    llm = open_llm(model, runner=request.param)
-    try:
-        assert_runner(llm, RUNNERS[request.param])
+    """(runner choice, LLM): MRV2 as asked, or V1 (``vllm_runner`` asserts which ran)."""
+    with vllm_runner(model, request.param) as llm:
         yield request.param, llm
-    finally:
-        close_llm(llm)
 
 
 def test_classify_activation_off_keeps_the_pooler_layers(engine, hf):

@@ -18,13 +18,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts.validation.engine import assert_runner, close_llm, hf_forward, l2_normalize, open_llm
+from scripts.validation.engine import hf_forward, l2_normalize, vllm_runner
 from scripts.validation.models import minilm_path
 
 TOL = 1e-4
 MAX_MODEL_LEN = 128
 NUM_TOKENS = 398
-RUNNERS = {"v2": "MRV2", "v1": "V1"}
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +53,15 @@ def reference(chunk_means, use_activation) -> np.ndarray:
     return l2_normalize(sum(n * l2_normalize(m) for n, m in chunk_means))
 
 
-@pytest.fixture(scope="module", params=list(RUNNERS))
+@pytest.fixture(scope="module", params=["v2", "v1"])
 def engine(request, in_process):
+    """MiniLM with chunked processing on MRV2 (asked) or V1 (``vllm_runner`` asserts which ran)."""
     from vllm.config import PoolerConfig
 
-    llm = open_llm(minilm_path(), runner=request.param, max_model_len=MAX_MODEL_LEN,
-                   pooler_config=PoolerConfig(enable_chunked_processing=True))
-    try:
-        assert_runner(llm, RUNNERS[request.param])
+    with vllm_runner(minilm_path(), request.param, max_model_len=MAX_MODEL_LEN,
+                     pooler_config=PoolerConfig(enable_chunked_processing=True)) as llm:
         assert llm.llm_engine.vllm_config.model_config.pooler_config.get_seq_pooling_type() == "MEAN"
         yield llm
-    finally:
-        close_llm(llm)
 
 
 def serve_embedding(llm, ids, use_activation):

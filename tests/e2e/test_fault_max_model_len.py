@@ -17,7 +17,7 @@ import threading
 import numpy as np
 import pytest
 
-from scripts.validation.engine import assert_runner, close_llm, hf_last_token_embed, open_llm
+from scripts.validation.engine import hf_last_token_embed, vllm_runner
 from scripts.validation.models import make_tiny_qwen3
 
 MAX_MODEL_LEN = 64
@@ -25,7 +25,6 @@ TOL = 1e-4
 # Seconds for one embed call of a few prompts; a healthy call takes well
 # under a second, a hang never ends.
 TIMEOUT = 300
-RUNNERS = {"v2": "MRV2", "v1": "V1"}
 
 
 def call_within(fn, seconds: float):
@@ -55,17 +54,13 @@ def model(tmp_path_factory):
     return make_tiny_qwen3(tmp_path_factory.mktemp("fault-max-len") / "tiny-qwen3")
 
 
-@pytest.fixture(scope="module", params=list(RUNNERS))
+@pytest.fixture(scope="module", params=["v2", "v1"])
 def engine(request, model):
-    llm = open_llm(model, runner=request.param, max_model_len=MAX_MODEL_LEN,
-                   max_num_batched_tokens=16, enable_chunked_prefill=True,
-                   enable_prefix_caching=True)
-    try:
-        assert_runner(llm, RUNNERS[request.param])
+    """The tiny Qwen3 on MRV2 (asked) or V1 (``vllm_runner`` asserts which ran), 16-token steps."""
+    with vllm_runner(model, request.param, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=16,
+                     enable_chunked_prefill=True, enable_prefix_caching=True) as llm:
         assert llm.llm_engine.vllm_config.scheduler_config.enable_chunked_prefill
         yield llm
-    finally:
-        close_llm(llm)
 
 
 def test_prompt_of_max_model_len_finishes_with_transformers_value(engine, model):

@@ -1,18 +1,20 @@
-"""MRV2 pooling, part 2 (patches 0004, 0005): token_embed on encoder-only
-models, ColBERT-style late interaction through the LateInteractionRunner, the
+"""MRV2 pooling, part 2 (patches 0004, 0005, 0006): ColBERT-style late
+interaction through the LateInteractionRunner (the query encoded once per
+``LLM.score`` call, cached query embeddings released, aborted documents), the
 ColBERT start-up fault. Through the engine on the CPU, fp32, against
-transformers references; every MRV2 engine asserts that MRV2 ran."""
+transformers references; every engine is opened by ``vllm_runner``, which
+asserts the runner that ran. (MiniLM's token_embed against transformers is the
+matrix's ``minilm-token-embed`` rows, in ``tests/e2e/test_matrix.py``.)"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from scripts.validation.engine import (count_late_interaction_requests, hf_forward, l2_normalize,
-                            late_interaction_counts, late_interaction_state)
-from scripts.validation.matrix import maxsim
-from scripts.validation.models import colbert_reference, make_tiny_colbert, minilm_path
-from tests.e2e.test_pooling_mrv2 import drain, on_runner
+from scripts.validation.engine import (count_late_interaction_requests, late_interaction_counts,
+                                       late_interaction_state, maxsim, vllm_runner)
+from scripts.validation.models import colbert_reference, make_tiny_colbert
+from tests.e2e.support import drain
 
 TOL = 1e-4  # DESIGN.md (upstream's bar for ColBERT was 1e-2)
 
@@ -32,18 +34,6 @@ def token_embed(llm, prompts):
             llm.encode(prompts, pooling_task="token_embed", use_tqdm=False)]
 
 
-def test_token_embed_on_bert_encoder_matches_hf_per_token_and_v1(sts):
-    sentences = sts.sentences[:64]
-    task = {"pooler_config": {"task": "token_embed"}}
-    v2 = on_runner(minilm_path(), "default", lambda llm: token_embed(llm, sentences), **task)
-    ref = [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)]
-    v1 = on_runner(minilm_path(), "v1", lambda llm: token_embed(llm, sentences), **task)
-    for got, want, other in zip(v2, ref, v1, strict=True):
-        assert got.shape == want.shape and want.shape[1] == 384
-        assert abs(got - want).max() <= TOL
-        assert abs(got - other).max() <= TOL
-
-
 def score_call(llm, query, docs):
     """LLM.score for 1 query and N documents, with the worker's request counts
     and late-interaction state afterwards."""
@@ -54,25 +44,30 @@ def score_call(llm, query, docs):
     return scores, counts, state
 
 
-@pytest.mark.parametrize("n_docs", [1, 8])
-def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
-    query, docs = sts.first[0], sts.second[:n_docs]
-
-    def scenario(llm):
+def scores_on_mrv2(model, query: str, docs: list[str]) -> tuple[list[float], dict]:
+    """On MRV2 (vLLM's default, asserted): the token embeddings of the query
+    and documents match ``colbert_reference``, ``LLM.score``'s scores match
+    MaxSim over them, the query was encoded once and nothing stays cached.
+    Returns the scores and the request counts by late-interaction mode."""
+    with vllm_runner(model, "default") as llm:
         tokens = token_embed(llm, [query] + docs)
-        return tokens, score_call(llm, query, docs)
-
-    tokens, (scores, counts, state) = on_runner(colbert, "default", scenario)
-    ref = colbert_reference(colbert, [query] + docs)
+        scores, counts, state = score_call(llm, query, docs)
+    ref = colbert_reference(model, [query] + docs)
     for got, want in zip(tokens, ref, strict=True):
         assert got.shape == want.shape and want.shape[1] == 32
         assert abs(got - want).max() <= TOL
-    want_scores = [maxsim(ref[0], d) for d in ref[1:]]
-    assert np.allclose(scores, want_scores, rtol=0, atol=TOL)
-    assert counts == {"cache_query": 1, "score_doc": n_docs}  # one query forward
+    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
+    assert counts == {"cache_query": 1, "score_doc": len(docs)}  # one query forward
     assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+    return scores, counts
 
-    v1_scores, v1_counts, _ = on_runner(colbert, "v1", lambda llm: score_call(llm, query, docs))
+
+@pytest.mark.parametrize("n_docs", [1, 8])
+def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
+    query, docs = sts.first[0], sts.second[:n_docs]
+    scores, counts = scores_on_mrv2(colbert, query, docs)
+    with vllm_runner(colbert, "v1") as llm:
+        v1_scores, v1_counts, _ = score_call(llm, query, docs)
     assert np.allclose(v1_scores, scores, rtol=0, atol=TOL)
     assert v1_counts == counts
 
@@ -81,19 +76,8 @@ def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_mod
     """The other ColBERT backbone buildable small (patch 0005 changed where
     every backbone builds its projection): starts with ``dim`` declared,
     token embeddings and scores match transformers on MRV2."""
-    query, docs = sts.first[1], sts.second[:4]
-
-    def scenario(llm):
-        return token_embed(llm, [query] + docs), score_call(llm, query, docs)
-
-    tokens, (scores, counts, state) = on_runner(colbert_modernbert, "default", scenario)
-    ref = colbert_reference(colbert_modernbert, [query] + docs)
-    for got, want in zip(tokens, ref, strict=True):
-        assert got.shape == want.shape and want.shape[1] == 32
-        assert abs(got - want).max() <= TOL
-    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
-    assert counts == {"cache_query": 1, "score_doc": 4}
-    assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+    scores, counts = scores_on_mrv2(colbert_modernbert, sts.first[1], sts.second[:4])
+    assert (len(scores), counts) == (4, {"cache_query": 1, "score_doc": 4})
 
 
 def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
@@ -130,7 +114,8 @@ def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
         (after,) = llm.collective_rpc(late_interaction_state)
         return cached, outs, middle, after
 
-    cached, outs, middle, after = on_runner(colbert, "v2", scenario)
+    with vllm_runner(colbert, "v2") as llm:
+        cached, outs, middle, after = scenario(llm)
     assert cached == {"cached_queries": ["k"], "query_uses": {"k": 4}, "pending_docs": 0}
     assert sorted(outs) == ["d0", "d2"]
     ref = colbert_reference(colbert, [q] + docs)

@@ -1,11 +1,12 @@
-"""MRV2 pooling, part 1 (patches 0002, 0003): encoder-only models and the
-tasks embed, classify and token_classify on Model Runner V2, through the
-engine on the CPU, against transformers / sentence-transformers on the same
-weights (DESIGN.md tolerances, fp32); the same rows on the V1 runner
-(VLLM_USE_V2_MODEL_RUNNER=0) agree. The validation rows run with
-VLLM_USE_V2_MODEL_RUNNER unset and assert MRV2 was chosen by default (patch
-0007); the others ask for MRV2 explicitly. Every MRV2 engine here asserts
-that MRV2 actually ran."""
+"""MRV2 pooling, part 1 (patches 0002, 0003, 0011): what the validation
+matrix's rows (``tests/e2e/test_matrix.py``, generated from
+``scripts/validation/matrix_rows.py``) do not cover: a task MRV2 cannot serve
+refused per request and at start-up, and batches as users send them (many
+requests in one step, prompt lengths up to ``max_model_len``, arrivals across
+steps, aborts, chunked prefill, the chunking flags of an encoder), through
+the engine on the CPU against transformers / sentence-transformers on the
+same weights (fp32). Every engine is opened by ``vllm_runner``, which asserts
+that MRV2 ran (by vLLM's default for ``default``, as asked for ``v2``)."""
 
 from __future__ import annotations
 
@@ -17,102 +18,24 @@ import numpy as np
 import pytest
 
 from scripts.series.base import REPO
-from scripts.validation.engine import (assert_runner, close_llm, embed, hf_forward, hf_last_token_embed,
-                            hf_mean_embed, l2_normalize, open_llm, rowwise_cosine,
-                            st_embed, sts_spearman)
-from scripts.validation.matrix import softmax
-from scripts.validation.models import make_tiny_bert, make_tiny_qwen3, minilm_path
+from scripts.validation.engine import (embed, hf_forward, hf_last_token_embed, hf_mean_embed, l2_normalize,
+                                       rowwise_cosine, st_embed, vllm_runner)
+from scripts.validation.models import make_tiny_qwen3, minilm_path
+from tests.e2e.support import drain, random_prompt
 
 TOL = 1e-4
 MIN_COSINE = 0.99999
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    return {
-        "seq_cls": make_tiny_bert(root / "bert-seq-cls", "seq_cls"),
-        "token_cls": make_tiny_bert(root / "bert-token-cls", "token_cls"),
-        "qwen3": make_tiny_qwen3(root / "tiny-qwen3"),
-    }
-
-
-def on_runner(model, runner, fn, **kwargs):
-    """Open an engine on ``runner`` (``default``: VLLM_USE_V2_MODEL_RUNNER
-    unset, where every pooling model here defaults to MRV2 since patch 0007),
-    check the runner that really ran, apply fn."""
-    llm = open_llm(model, runner=runner, **kwargs)
-    try:
-        assert_runner(llm, {"v2": "MRV2", "default": "MRV2", "v1": "V1"}[runner])
-        if runner != "v1":
-            assert llm.llm_engine.vllm_config.use_v2_model_runner
-        return fn(llm)
-    finally:
-        close_llm(llm)
-
-
-# --- the validation rows ---------------------------------------------------------------
-
-
-def test_minilm_embed_mrv2_matches_sentence_transformers_and_v1(sts):
-    sentences = sts.sentences
-    got = on_runner(minilm_path(), "default", lambda llm: embed(llm, sentences)[0])
-    ref = st_embed(minilm_path(), sentences)
-    assert got.shape == ref.shape == (len(sentences), 384)
-    assert rowwise_cosine(got, ref).min() >= MIN_COSINE
-    n = len(sts.first)
-    assert abs(sts_spearman(got[:n], got[n:], sts.gold) - sts_spearman(ref[:n], ref[n:], sts.gold)) <= TOL
-    v1 = on_runner(minilm_path(), "v1", lambda llm: embed(llm, sentences[:512])[0])
-    assert abs(v1 - got[:512]).max() <= TOL
-
-
-def test_decoder_last_token_embed_mrv2_agrees_with_v1(sts, tiny):
-    sentences = sts.sentences[:256]
-    v2 = on_runner(tiny["qwen3"], "default", lambda llm: embed(llm, sentences)[0])
-    v1 = on_runner(tiny["qwen3"], "v1", lambda llm: embed(llm, sentences)[0])
-    ref = hf_last_token_embed(tiny["qwen3"], sentences)
-    assert abs(v2 - ref).max() <= TOL
-    assert abs(v2 - v1).max() <= TOL
-
-
-def classify(llm, prompts):
-    return np.stack([np.asarray(o.outputs.probs, dtype=np.float32)
-                     for o in llm.classify(prompts, use_tqdm=False)])
-
-
-def test_classify_mrv2_matches_hf_softmax_and_v1(sts, tiny):
-    sentences = sts.sentences[:256]
-    v2 = on_runner(tiny["seq_cls"], "default", lambda llm: classify(llm, sentences))
-    ref = softmax(np.stack(hf_forward(tiny["seq_cls"], sentences,
-                                      "AutoModelForSequenceClassification", "logits")))
-    assert v2.shape == ref.shape == (256, 3)
-    assert abs(v2 - ref).max() <= TOL
-    v1 = on_runner(tiny["seq_cls"], "v1", lambda llm: classify(llm, sentences))
-    assert abs(v2 - v1).max() <= TOL
-
-
-def token_classify(llm, prompts):
-    outs = llm.encode(prompts, pooling_task="token_classify", use_tqdm=False)
-    return [o.outputs.data.float().numpy() for o in outs]
-
-
-def test_token_classify_mrv2_matches_hf_per_token_and_v1(sts, tiny):
-    sentences = sts.sentences[:128]
-    v2 = on_runner(tiny["token_cls"], "default", lambda llm: token_classify(llm, sentences))
-    ref = [softmax(x) for x in hf_forward(tiny["token_cls"], sentences,
-                                          "AutoModelForTokenClassification", "logits")]
-    v1 = on_runner(tiny["token_cls"], "v1", lambda llm: token_classify(llm, sentences))
-    assert len(v2) == len(ref) == len(v1) == 128
-    for got, want, other in zip(v2, ref, v1):
-        assert got.shape == want.shape and want.shape[1] == 3
-        assert abs(got - want).max() <= TOL
-        assert abs(got - other).max() <= TOL
+def qwen3(tmp_path_factory):
+    return make_tiny_qwen3(tmp_path_factory.mktemp("models") / "tiny-qwen3")
 
 
 # --- refusals ----------------------------------------------------------------------------
 
 
-def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
+def test_unsupported_task_is_refused_while_engine_serves_others(qwen3):
     """token_classify and token_embed on a decoder: each refused for that
     request, with the task, the supported tasks and the fallback; a request
     already queued and one sent after them are served."""
@@ -135,17 +58,18 @@ def test_unsupported_task_is_refused_while_engine_serves_others(tiny):
             outs.update({o.request_id: o for o in eng.step() if o.finished})
         return messages, outs
 
-    messages, outs = on_runner(tiny["qwen3"], "v2", scenario)
+    with vllm_runner(qwen3, "v2") as llm:
+        messages, outs = scenario(llm)
     for task, message in messages.items():
         assert message.startswith(f"Unsupported task: '{task}' Supported tasks: ['embed']")
         assert "VLLM_USE_V2_MODEL_RUNNER=0" in message and "parameter=task" in message
     assert sorted(outs) == ["good-0", "good-1"]
-    ref = hf_last_token_embed(tiny["qwen3"], prompts)
+    ref = hf_last_token_embed(qwen3, prompts)
     got = np.stack([outs[f"good-{i}"].outputs.data.numpy() for i in range(2)])
     assert abs(got - ref).max() <= TOL
 
 
-def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
+def test_startup_with_task_mrv2_cannot_serve_fails_clearly(qwen3):
     """A decoder configured for token_classify does not start on a forced
     MRV2 (patch 0011); the error names the task and the fallback."""
     code = (
@@ -158,7 +82,7 @@ def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
         "        print('STARTUP FAILED', type(e).__name__, e)\n"
         "    else:\n"
         "        print('STARTED')\n"
-    ) % (str(REPO), str(tiny["qwen3"]))
+    ) % (str(REPO), str(qwen3))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert "STARTUP FAILED" in out and "STARTED\n" not in out
@@ -167,20 +91,6 @@ def test_startup_with_task_mrv2_cannot_serve_fails_clearly(tiny):
 
 
 # --- batches as users send them ----------------------------------------------------------
-
-
-def drain(eng):
-    """Step until idle; return finished outputs by id and finished counts per step."""
-    outs, per_step = {}, []
-    while eng.has_unfinished_requests():
-        done = [o for o in eng.step() if o.finished]
-        per_step.append(len(done))
-        outs.update({o.request_id: o for o in done})
-    return outs, per_step
-
-
-def random_prompt(rng, n):
-    return [rng.randrange(1000, 29000) for _ in range(n)]
 
 
 def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
@@ -221,8 +131,8 @@ def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
         mixed.update(rest)
         return many_out, many_steps, len_out, mixed
 
-    many_out, many_steps, len_out, mixed = on_runner(
-        minilm_path(), "v2", scenario, max_num_seqs=256, max_num_batched_tokens=16384)
+    with vllm_runner(minilm_path(), "v2", max_num_seqs=256, max_num_batched_tokens=16384) as llm:
+        many_out, many_steps, len_out, mixed = scenario(llm)
 
     assert max(many_steps) == 256  # all 256 finished in one engine step
     got = np.stack([many_out[f"many-{i}"].outputs.data.numpy() for i in range(256)])
@@ -242,7 +152,7 @@ def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
     assert abs(got - hf_mean_embed(minilm_path(), first)).max() <= TOL
 
 
-def test_decoder_chunked_prefill_with_abort_and_slot_reuse(tiny, monkeypatch):
+def test_decoder_chunked_prefill_with_abort_and_slot_reuse(qwen3, monkeypatch):
     """Qwen3 on MRV2 with 64-token steps: long prompts span several steps; two
     are aborted mid-prefill; the rest and later requests (reusing their
     slots) match transformers. Engine core in this process, as above."""
@@ -267,15 +177,15 @@ def test_decoder_chunked_prefill_with_abort_and_slot_reuse(tiny, monkeypatch):
         outs.update(more)
         return outs, steps
 
-    outs, steps = on_runner(tiny["qwen3"], "v2", scenario, max_num_batched_tokens=64,
-                            max_num_seqs=8, enable_chunked_prefill=True)
+    with vllm_runner(qwen3, "v2", max_num_batched_tokens=64, max_num_seqs=8, enable_chunked_prefill=True) as llm:
+        outs, steps = scenario(llm)
     assert len(steps) >= 5  # 1,010 prompt tokens left in 64-token steps
     assert set(outs) == {f"long-{i}" for i in (0, 2, 4, 5)} | {f"after-{i}" for i in range(8)}
     kept = [long[i] for i in (0, 2, 4, 5)]
     got = np.stack([outs[f"long-{i}"].outputs.data.numpy() for i in (0, 2, 4, 5)])
-    assert abs(got - hf_last_token_embed(tiny["qwen3"], kept)).max() <= TOL
+    assert abs(got - hf_last_token_embed(qwen3, kept)).max() <= TOL
     got = np.stack([outs[f"after-{i}"].outputs.data.numpy() for i in range(8)])
-    assert abs(got - hf_last_token_embed(tiny["qwen3"], after)).max() <= TOL
+    assert abs(got - hf_last_token_embed(qwen3, after)).max() <= TOL
 
 
 def test_encoder_only_with_chunking_flags_set_runs_on_mrv2(sts):
@@ -289,8 +199,8 @@ def test_encoder_only_with_chunking_flags_set_runs_on_mrv2(sts):
     def twice(llm):
         return embed(llm, sentences)[0], embed(llm, sentences)[0]
 
-    first, second = on_runner(minilm_path(), "default", twice,
-                              enable_chunked_prefill=True, enable_prefix_caching=True)
+    with vllm_runner(minilm_path(), "default", enable_chunked_prefill=True, enable_prefix_caching=True) as llm:
+        first, second = twice(llm)
     ref = st_embed(minilm_path(), sentences)
     assert rowwise_cosine(first, ref).min() >= MIN_COSINE
     assert abs(second - first).max() <= TOL

@@ -27,15 +27,14 @@ INTERPRETER_LOG = "TRITON_INTERPRET=1: running Triton kernels under Triton's int
 POOLING = """
 import sys
 sys.path.insert(0, {repo!r})
-from scripts.validation.engine import close_llm, embed, open_llm, rowwise_cosine, runner_in_use, st_embed
+from scripts.validation.engine import embed, rowwise_cosine, runner_in_use, st_embed, vllm_runner
 from scripts.validation.models import minilm_path, sts_test
 
 if __name__ == "__main__":
     sentences = sts_test().sentences[:64]
-    llm = open_llm(minilm_path(), runner="default")
-    print("RUNNER", runner_in_use(llm), llm.llm_engine.vllm_config.use_v2_model_runner)
-    got, _ = embed(llm, sentences)
-    close_llm(llm)
+    with vllm_runner(minilm_path(), runner="default") as llm:  # asserts MRV2 and its input preparation
+        print("RUNNER", runner_in_use(llm), llm.llm_engine.vllm_config.use_v2_model_runner)
+        got, _ = embed(llm, sentences)
     print("MIN_COSINE", float(rowwise_cosine(got, st_embed(minilm_path(), sentences)).min()))
 """
 

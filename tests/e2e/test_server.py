@@ -5,7 +5,7 @@ One server per model (``scripts.validation.server``: a free port, readiness thro
 ``/health``, the process group stopped at the end). The servers of the
 selected test classes are all launched when the module starts, so their
 start-ups overlap one another and the offline ``LLM`` runs computing the
-references on the same weights (``scripts.validation.engine.open_llm``, vLLM's default
+references on the same weights (``scripts.validation.engine.vllm_runner``, vLLM's default
 runner, asserted MRV2), one model after the other; the servers stop when
 the module ends. Every
 answer equals the offline result within 1e-5; every server's worker is asked
@@ -22,7 +22,7 @@ and ``scripts.validation.engine.WorkerProbe``): MRV2, vLLM's default.
   through ``/pooling``); 100 clients disconnecting in the middle of a
   ``/rerank`` leave nothing behind in the worker.
 
-Bad input (``FAULTS``): each endpoint with empty input, a prompt over
+Bad input (``tests/e2e/server_faults.py``): each endpoint with empty input, a prompt over
 max_model_len, a wrong model name, a task the model does not serve,
 malformed JSON and a base64 request where the endpoint cannot give it gets a
 4xx whose message names the problem, while a concurrent stream of good
@@ -38,32 +38,25 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
-from scripts.validation.engine import assert_runner, close_llm, expected_input_preparation, open_llm
-from scripts.validation.models import make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
+from scripts.validation.engine import expected_input_preparation, vllm_runner
+from scripts.validation.models import MODELS, make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, VllmServer
+from tests.e2e.server_faults import QUERY, check_faults, post
 
 TOL = 1e-5
-MODELS = Path(__file__).resolve().parents[2] / ".build" / "models"
-LONG = "word " * 600  # over every model's max_model_len (MiniLM 256, the tiny BERTs 512)
-QUERY = "A man is playing a guitar."
 EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 
 
 def offline(model, fn):
     """``fn(llm)`` on an offline engine for ``model`` (vLLM's default runner,
     asserted MRV2), closed afterwards."""
-    llm = open_llm(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION)
-    try:
-        assert_runner(llm, "MRV2")
+    with vllm_runner(model, gpu_memory_utilization=SERVER_MEMORY_UTILIZATION) as llm:
         return fn(llm)
-    finally:
-        close_llm(llm)
 
 
 @pytest.fixture(scope="module")
@@ -111,97 +104,9 @@ def serve(servers, name, fn):
     return server, reference
 
 
-def post(server, path, body, timeout=300):
-    return requests.post(server.url(path), json=body, timeout=timeout)
-
-
 def assert_mrv2(server):
     assert server.runner() == "MRV2"
     assert server.input_preparation() == expected_input_preparation()
-
-
-# ------------------------------------------------------------------ bad input
-
-ENDPOINTS = ("/v1/embeddings", "/pooling", "/classify", "/score", "/rerank")
-GOOD = {"/v1/embeddings": {"input": "a cat"}, "/pooling": {"input": "a cat"}, "/classify": {"input": "a cat"},
-        "/score": {"queries": QUERY, "documents": ["a cat"]}, "/rerank": {"query": QUERY, "documents": ["a cat"]}}
-EMPTY = {"/v1/embeddings": {"input": []}, "/pooling": {"input": []}, "/classify": {"input": []},
-         "/score": {"documents": []}, "/rerank": {"documents": []}}
-TOO_LONG = {"/v1/embeddings": {"input": LONG}, "/pooling": {"input": LONG}, "/classify": {"input": LONG},
-            "/score": {"documents": [LONG]}, "/rerank": {"documents": ["short", LONG]}}
-EMPTY_MESSAGE = {"/v1/embeddings": "You must pass at least one prompt", "/pooling": "You must pass at least one prompt",
-                 "/classify": "You must pass at least one prompt",
-                 "/score": "At least one text_pair element must be given",
-                 "/rerank": "At least one text_pair element must be given"}
-ENCODES = ("/v1/embeddings", "/pooling")  # the endpoints with an encoding_format
-
-
-def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[str, str]):
-    """(endpoint, body or raw bytes, fault, status, words of the message) for
-    every endpoint and fault. An endpoint the model does not serve answers
-    every request with 404 naming that; ``pooling_tasks``: task asked of
-    /pooling -> words of the refusal."""
-    cases = []
-    for e in ENDPOINTS:
-        good = {"model": model, **GOOD[e]}
-        if e not in serves:
-            unserved = (404, [f"This server's model does not serve {e}"])
-            cases += [(e, good, "task not served", *unserved),
-                      (e, {**good, "encoding_format": "base64"}, "base64", *unserved)]
-            continue
-        cases += [
-            (e, {**good, **EMPTY[e]}, "empty input", 400, [EMPTY_MESSAGE[e]]),
-            (e, {**good, **TOO_LONG[e]}, "over max_model_len", 400, [f"maximum context length is {max_len} tokens"]),
-            (e, {**good, "model": "no-such-model"}, "wrong model", 404, ["The model `no-such-model` does not exist"]),
-            (e, json.dumps(good).encode()[:-5], "malformed JSON", 400, ["JSON decode error"]),
-        ]
-        if e not in ENCODES:
-            cases.append((e, {**good, "encoding_format": "base64"}, "base64", 400,
-                          ["encoding_format='base64' is not supported by this endpoint"]))
-    for task, words in pooling_tasks.items():
-        cases.append(("/pooling", {"model": model, "input": "a cat", "task": task}, f"task {task}", 400, [words]))
-    return cases
-
-
-def send(server, endpoint, body):
-    if isinstance(body, bytes):
-        return requests.post(server.url(endpoint), data=body, headers={"Content-Type": "application/json"},
-                             timeout=120)
-    return post(server, endpoint, body, timeout=120)
-
-
-def check_faults(server, cases, good):
-    """Send every case of ``fault_cases`` while another client sends ``good``
-    = (endpoint, body, check of the answer) again and again: each case gets
-    its status and a message with its words, every good answer is correct.
-    Prints the rows (endpoint | fault | status | message)."""
-    stop, results = threading.Event(), []
-
-    def stream():
-        while not stop.is_set():
-            r = post(server, good[0], good[1], timeout=120)
-            results.append(r.status_code == 200 and good[2](r.json()))
-
-    thread = threading.Thread(target=stream)
-    thread.start()
-    rows, failures = [], []
-    try:
-        for endpoint, body, fault, status, words in cases:
-            r = send(server, endpoint, body)
-            try:
-                message = r.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = r.text
-            rows.append((endpoint, fault, r.status_code, message))
-            if r.status_code != status or not all(w in message for w in words):
-                failures.append(f"{endpoint} {fault}: {r.status_code} {message!r} (want {status} naming {words})")
-    finally:
-        stop.set()
-        thread.join()
-    print("\n" + "\n".join(f"| {server.name} | {e} | {f} | {s} | {m[:200]!r} |" for e, f, s, m in rows))
-    assert failures == []
-    assert results and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
-    assert server.runner() == "MRV2"  # still serving, same worker
 
 
 # ------------------------------------------------------------------ embed: all-MiniLM-L6-v2
@@ -292,13 +197,11 @@ class TestEmbedServer:
 
     def test_bad_input(self, embed_server):
         server, ref = embed_server
-        model = server.served_model()
-        cases = fault_cases(model, {"/v1/embeddings", "/pooling", "/score", "/rerank"}, 256,
-                            {"classify": "Unsupported task: 'classify'",
-                             "token_embed": "This server runs the pooling task 'embed', not 'token_embed'"})
-        good = ("/v1/embeddings", {"model": model, "input": ref["texts"][0]},
-                lambda b: abs(np.asarray(b["data"][0]["embedding"]) - ref["vectors"][0]).max() <= TOL)
-        check_faults(server, cases, good)
+        check_faults(server, {"/v1/embeddings", "/pooling", "/score", "/rerank"}, 256,
+                     {"classify": "Unsupported task: 'classify'",
+                      "token_embed": "This server runs the pooling task 'embed', not 'token_embed'"},
+                     ("/v1/embeddings", {"input": ref["texts"][0]},
+                      lambda b: abs(np.asarray(b["data"][0]["embedding"]) - ref["vectors"][0]).max() <= TOL))
 
 
 # ------------------------------------------------------------------ cross-encoder
@@ -322,12 +225,8 @@ class TestCrossEncoderServer:
     @pytest.fixture(scope="class")
     def cross_server(self, servers, sentences):
         docs = sentences[10:16]
-
-        def reference(llm):
-            return {"docs": docs, "scores": np.asarray([o.outputs.score for o in
-                                                        llm.score(QUERY, docs, use_tqdm=False)])}
-
-        return serve(servers, "tiny-cross-encoder", reference)
+        return serve(servers, "tiny-cross-encoder", lambda llm: {
+            "docs": docs, "scores": np.asarray([o.outputs.score for o in llm.score(QUERY, docs, use_tqdm=False)])})
 
     def test_score_and_rerank_on_text_pairs(self, cross_server):
         server, ref = cross_server
@@ -340,12 +239,9 @@ class TestCrossEncoderServer:
 
     def test_bad_input(self, cross_server):
         server, ref = cross_server
-        model = server.served_model()
-        cases = fault_cases(model, {"/pooling", "/classify", "/score", "/rerank"}, 512,
-                            {"embed": "Unsupported task: 'embed'"})
-        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
-                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
-        check_faults(server, cases, good)
+        check_faults(server, {"/pooling", "/classify", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
+                     ("/score", {"queries": QUERY, "documents": ref["docs"][:1]},
+                      lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL))
 
 
 # ------------------------------------------------------------------ classifier
@@ -354,12 +250,8 @@ class TestClassifierServer:
     @pytest.fixture(scope="class")
     def cls_server(self, servers, sentences):
         texts = sentences[20:26]
-
-        def reference(llm):
-            return {"texts": texts, "probs": np.asarray([o.outputs.probs for o in
-                                                         llm.classify(texts, use_tqdm=False)])}
-
-        return serve(servers, "tiny-classifier", reference)
+        return serve(servers, "tiny-classifier", lambda llm: {
+            "texts": texts, "probs": np.asarray([o.outputs.probs for o in llm.classify(texts, use_tqdm=False)])})
 
     def test_classify_and_pooling(self, cls_server):
         server, ref = cls_server
@@ -379,11 +271,9 @@ class TestClassifierServer:
 
     def test_bad_input(self, cls_server):
         server, ref = cls_server
-        model = server.served_model()
-        cases = fault_cases(model, {"/pooling", "/classify"}, 512, {"embed": "Unsupported task: 'embed'"})
-        good = ("/classify", {"model": model, "input": ref["texts"][0]},
-                lambda b: abs(np.asarray(b["data"][0]["probs"]) - ref["probs"][0]).max() <= TOL)
-        check_faults(server, cases, good)
+        check_faults(server, {"/pooling", "/classify"}, 512, {"embed": "Unsupported task: 'embed'"},
+                     ("/classify", {"input": ref["texts"][0]},
+                      lambda b: abs(np.asarray(b["data"][0]["probs"]) - ref["probs"][0]).max() <= TOL))
 
 
 # ------------------------------------------------------------------ ColBERT
@@ -417,12 +307,9 @@ class TestColbertServer:
 
     def test_bad_input(self, colbert_server):
         server, ref = colbert_server
-        model = server.served_model()
-        cases = fault_cases(model, {"/pooling", "/score", "/rerank"}, 512,
-                            {"embed": "Unsupported task: 'embed'"})
-        good = ("/score", {"model": model, "queries": QUERY, "documents": ref["docs"][:1]},
-                lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL)
-        check_faults(server, cases, good)
+        check_faults(server, {"/pooling", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
+                     ("/score", {"queries": QUERY, "documents": ref["docs"][:1]},
+                      lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL))
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_disconnects_in_the_middle_of_rerank_leave_nothing(self, colbert_server, sentences):

@@ -1,36 +1,62 @@
-"""The smoke job's verdict (``scripts.validation.smoke.check``): what README says it
+"""The smoke job's verdict (``scripts.validation.smoke.check``) and the
+assertion its engines are opened with (``vllm_runner`` ->
+``scripts.validation.engine.assert_runner``): what README says the job
 asserts — MRV2 for both rows (MiniLM by default), the input preparation this
-machine should use, DESIGN.md's cosine bar."""
+machine should use, DESIGN.md's cosine bar. The assertion is checked against
+a stand-in for ``vllm.LLM`` whose worker reports a runner class and an input
+preparation (``collective_rpc``), as a real worker does."""
 
 from __future__ import annotations
 
+import pytest
+
+from scripts.validation.engine import assert_runner, expected_input_preparation
 from scripts.validation.smoke import check
 
-
-def row(model="all-MiniLM-L6-v2", requested="default", runner="MRV2 (native)", preparation="native",
-        min_cosine=0.999999):
-    return {"model": model, "runner_requested": requested, "runner": runner,
-            "input_preparation": preparation, "min_cosine": min_cosine}
+MRV2_CLASS = "vllm.v1.worker.cpu.model_runner.CPUModelRunner"
+V1_CLASS = "vllm.v1.worker.cpu_model_runner.CPUModelRunner"
 
 
-def test_mrv2_with_the_expected_input_preparation_passes():
-    assert check([row(), row(model="tiny-qwen3", requested="v2")], "native") == []
+class Engine:
+    """Stands in for ``vllm.LLM``: ``collective_rpc`` answers the two probes
+    ``assert_runner`` sends to the worker."""
+
+    def __init__(self, runner_class: str, preparation: str):
+        self.answers = {"runner_class": runner_class, "input_preparation_kind": preparation}
+
+    def collective_rpc(self, fn):
+        return [self.answers[fn.__name__]]
 
 
-def test_minilm_on_v1_by_default_fails():
-    assert check([row(runner="V1", preparation=None)], "native") == [
-        "all-MiniLM-L6-v2: MRV2 expected (vLLM's default for it) but V1 ran"]
+def row(model="all-MiniLM-L6-v2", min_cosine=0.999999):
+    return {"model": model, "runner_requested": "default", "runner": "MRV2 (native)",
+            "input_preparation": "native", "min_cosine": min_cosine}
 
 
-def test_requested_mrv2_on_v1_fails():
-    assert check([row(model="tiny-qwen3", requested="v2", runner="V1", preparation=None)], "native") == [
-        "tiny-qwen3: MRV2 expected (requested) but V1 ran"]
-
-
-def test_other_input_preparation_fails():
-    assert check([row(runner="MRV2 (triton-interpreter)", preparation="triton-interpreter")], "native") == [
-        "all-MiniLM-L6-v2: MRV2 prepared its inputs with triton-interpreter, native expected on this machine"]
+def test_rows_above_the_bar_pass():
+    assert check([row(), row(model="tiny-qwen3")]) == []
 
 
 def test_cosine_under_the_bar_fails():
-    assert check([row(min_cosine=0.9999)], "native") == ["all-MiniLM-L6-v2: min cosine 0.9999000 < 0.99999"]
+    assert check([row(min_cosine=0.9999)]) == ["all-MiniLM-L6-v2: min cosine 0.9999000 < 0.99999"]
+
+
+def test_a_row_whose_engine_assertion_failed_fails_the_job():
+    failed = {"model": "tiny-qwen3", "runner_requested": "v2", "failure": "tiny-qwen3 (MRV2 requested): boom"}
+    assert check([row(), failed]) == ["tiny-qwen3 (MRV2 requested): boom"]
+
+
+def test_mrv2_with_this_machines_input_preparation_passes_the_assertion():
+    assert_runner(Engine(MRV2_CLASS, expected_input_preparation()), "MRV2")
+
+
+def test_v1_where_mrv2_is_expected_fails_the_assertion():
+    with pytest.raises(AssertionError, match="^MRV2 expected, V1 ran$"):
+        assert_runner(Engine(V1_CLASS, "native"), "MRV2")
+
+
+def test_other_input_preparation_fails_the_assertion():
+    expected = expected_input_preparation()
+    other = "triton-interpreter" if expected != "triton-interpreter" else "native"
+    with pytest.raises(AssertionError, match=f"^MRV2 prepared inputs with {other}, {expected} expected$"):
+        assert_runner(Engine(MRV2_CLASS, other), "MRV2")
