@@ -79,33 +79,31 @@ def engine(name: str, model, **kwargs) -> Iterator[tuple[object, dict]]:
     """Engine configuration ``name`` (an ``ENGINES`` key) on ``model`` for the
     block, closed after it (``close_llm``), also when the block raises.
 
-    Opens with ``open_llm`` (fp32, pooling runner, ``GPU_MEMORY_UTILIZATION``
-    unless ``kwargs`` say otherwise; ``kwargs`` go to ``LLM``) with the
-    configuration's ``TRITON_INTERPRET`` in the environment its processes
-    inherit. Yields the ``LLM`` and what its worker reports (``worker_probe``)
+    Opens with ``vllm_runner(check=False)`` (fp32, pooling runner,
+    ``GPU_MEMORY_UTILIZATION`` unless ``kwargs`` say otherwise; ``kwargs`` go
+    to ``LLM``) with the configuration's ``TRITON_INTERPRET`` in the
+    environment its processes inherit: the runner is recorded, not asserted. Yields the ``LLM`` and what its worker reports (``worker_probe``)
     plus ``runner`` ("MRV2"/"V1", ``runner_in_use``), ``requested``,
     ``open_seconds``, ``runner_env``, ``triton_interpret_requested`` and
     ``runner_as_requested``: the runner asked for ran and, for MRV2, with the
     input preparation asked for (interpreter or not). Raises ``KeyError`` for
     an unknown ``name`` and what ``LLM`` raises."""
-    from scripts.validation.engine import close_llm, open_llm, runner_in_use
+    from scripts.validation.engine import runner_in_use, vllm_runner
 
     spec = ENGINES[name]
     kwargs.setdefault("gpu_memory_utilization", GPU_MEMORY_UTILIZATION)
+    # the engine's processes inherit TRITON_INTERPRET when they start; it holds for the block
     with environ(TRITON_INTERPRET="1" if spec["triton_interpret"] else None):
         start = time.perf_counter()
-        llm = open_llm(model, runner=spec["runner"], **kwargs)
-        opened = time.perf_counter() - start
-    try:
-        (probe,) = {json.dumps(p, sort_keys=True) for p in llm.collective_rpc(worker_probe)}
-        info = json.loads(probe)
-        info.update(runner=runner_in_use(llm), requested=spec["want"], open_seconds=opened,
-                    triton_interpret_requested=spec["triton_interpret"], runner_env=spec["runner"])
-        info["runner_as_requested"] = info["runner"] == spec["want"] and (
-            spec["want"] != "MRV2" or info["triton_via_interpreter"] == spec["triton_interpret"])
-        yield llm, info
-    finally:
-        close_llm(llm)
+        with vllm_runner(model, spec["runner"], check=False, **kwargs) as llm:
+            opened = time.perf_counter() - start
+            (probe,) = {json.dumps(p, sort_keys=True) for p in llm.collective_rpc(worker_probe)}
+            info = json.loads(probe)
+            info.update(runner=runner_in_use(llm), requested=spec["want"], open_seconds=opened,
+                        triton_interpret_requested=spec["triton_interpret"], runner_env=spec["runner"])
+            info["runner_as_requested"] = info["runner"] == spec["want"] and (
+                spec["want"] != "MRV2" or info["triton_via_interpreter"] == spec["triton_interpret"])
+            yield llm, info
 
 
 @contextmanager
