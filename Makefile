@@ -18,7 +18,7 @@ FLAVOR ?= cpu
 WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cpu)
 WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cuda)
 SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
-TOOLING := $(wildcard scripts/series/*.py) setup.py pyproject.toml
+TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1

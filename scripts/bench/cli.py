@@ -86,7 +86,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ``colbert_reps`` (1) and ``overhead_budget`` (0.1 s); ``sections`` and
     ``engines`` come back as lists. Exits with status 2 (argparse) for an
     unknown section or engine configuration."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3, help="timed rounds after the warm-up (default 3)")
     parser.add_argument("--colbert-reps", type=int, default=5,
                         help="timed rounds of the (short) score calls (default 5)")

@@ -4,12 +4,11 @@ once: ``open_engines``), and sentence-transformers on the same weights
 (``st_model``); the environment of the process that measures them
 (``bench_environ``).
 
-Why not ``scripts.validation.engine.vllm_runner``: it raises
-``AssertionError`` (and closes the engine) when a runner other than the one
-asked for ran; the benchmarks measure such a configuration all the same and
-mark it (``runner_as_requested``, ``*`` in the table): that is what a user of
-the configuration gets. ``engine`` opens and closes through the same
-``open_llm`` / ``close_llm`` and records what ran instead of asserting it.
+Engines open through ``scripts.validation.engine.vllm_runner`` with
+``check=False``: where the tests assert the runner, the benchmarks measure a
+configuration that ran another runner all the same and mark it
+(``runner_as_requested``, ``*`` in the table): that is what a user of the
+configuration gets.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from scripts.common.environ import environ
 from scripts.common.paths import BUILD
 
 # Encoder-only models have no KV cache; a small reservation keeps several
-# engines open at once well inside the machine's memory (DESIGN.md: <= 0.3).
+# engines open at once well inside the machine's memory (docs/base-and-recipe.md: <= 0.3).
 GPU_MEMORY_UTILIZATION = 0.1
-# runner: scripts.validation.engine.open_llm's choice; triton_interpret: TRITON_INTERPRET=1
+# runner: scripts.validation.engine.vllm_runner's choice; triton_interpret: TRITON_INTERPRET=1
 # in the engine's processes; want: the runner its worker should build.
 ENGINES = {
     "v1": {"runner": "v1", "triton_interpret": False, "want": "V1"},

@@ -134,7 +134,7 @@ def measure(variants=VARIANTS, sizes=BATCH_SIZES, budget_s: float = 1.0, min_ite
 
 def main(argv=None) -> int:
     """Command line: run ``measure`` and print or write (``--json``) its result."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench.pool_overhead", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.pool_overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, BATCH_SIZES)), help="requests per step")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timing per row (both runners)")

@@ -156,7 +156,7 @@ def report(results: dict, n: int, d: int, f: int) -> str:
 def main(argv=None) -> int:
     """Command line: profile each of ``--systems``, write ``profile.md`` and
     ``profile.json`` to ``--out`` and print the Markdown."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench.profile_embed", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench.profile_embed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", default=f"mrv2,{ST}")
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--rate", type=int, default=250)

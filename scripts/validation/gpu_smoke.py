@@ -283,7 +283,7 @@ def markdown(rows: list[Row]) -> str:
 
 def main(argv=None) -> int:
     """The ``make gpu-smoke`` command line (see the module's docstring); the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.validation.gpu_smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.gpu_smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check-gpu", action="store_true", help="only check for a GPU (0; 77 without)")
     parser.add_argument("--cases", default=None, help="comma-separated: embed,cross-encoder,colbert,qwen3-embed")
     parser.add_argument("--dtypes", default=",".join(DTYPES))

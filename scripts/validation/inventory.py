@@ -53,7 +53,7 @@ NOT_INSTANTIABLE: dict[str, str] = {
         "; its M-RoPE V1 fallback is the one shown by the Qwen2-VL selector row"),
     "qwen2_vl:Qwen2VLForConditionalGeneration": (
         "vllm/model_executor/models/qwen2_vl.py imports transformers' Qwen2-VL image processor module, "
-        "which needs torchvision; none is installed (DESIGN.md: none built for this torch). Its M-RoPE "
+        "which needs torchvision; none is installed (docs/base-and-recipe.md: none built for this torch). Its M-RoPE "
         "V1 fallback without Triton is covered by patch 0008's selection unit tests"),
     "llava_next:LlavaNextForConditionalGeneration": PROCESSOR.format("LLaVA-NeXT processor"),
     "phi3v:Phi3VForCausalLM": REMOTE.format("microsoft/Phi-3-vision processor and model"),

@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     """The ``make matrix`` command line (see the module's docstring); the exit status."""
     from scripts.validation import matrix_report
 
-    parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="comma-separated case ids (default: all)")
     parser.add_argument("--rows", help="comma-separated real-weight/MTEB row ids (default: all)")
     parser.add_argument("--list", action="store_true", help="print the case and row ids and exit")

@@ -36,7 +36,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "spec
 MODELS = BUILD / "models"
 
 # The sizes of every random-weight checkpoint made here and in ``scripts/validation/zoo*.py``
-# (DESIGN.md: 2 layers, hidden <= 128; the CPU attention backend needs head_dim >= 64).
+# (docs/validation.md: 2 layers, hidden <= 128; the CPU attention backend needs head_dim >= 64).
 TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2)
 MINILM_VOCAB = 30522  # MiniLM's BERT WordPiece vocabulary
 TINY_BERT = dict(TINY, vocab_size=MINILM_VOCAB, max_position_embeddings=512)

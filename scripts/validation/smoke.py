@@ -14,7 +14,7 @@ asserts (asking the worker) that MRV2 ran and how it prepared its inputs. For
 each model the job prints that runner and input preparation, the
 sentences per second of the ``LLM.embed`` call, and the minimum cosine
 similarity with the reference over all sentences; it writes the figures to
-``reports/smoke.json``. Exit status 1 when a model falls below DESIGN.md's
+``reports/smoke.json``. Exit status 1 when a model falls below docs/validation.md's
 bar (cosine 0.99999), when MRV2 did not run (both rows: MiniLM by vLLM's
 default, patch 0007; the Qwen3 as asked), or when MRV2 prepared its inputs
 otherwise than this machine should (``scripts.validation.engine.expected_input_preparation``:
@@ -100,7 +100,7 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     """The ``make`` smoke job's command line (see the module's docstring); the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
     args = parser.parse_args(argv)
     quiet_vllm("smoke")

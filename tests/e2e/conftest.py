@@ -1,5 +1,5 @@
 """End-to-end rows: the patched engine on the CPU against transformers /
-sentence-transformers on the same weights (DESIGN.md, validation matrix).
+sentence-transformers on the same weights (docs/validation.md).
 
 MRV2 runs here as a user gets it: on a CPU without a Triton backend, with the
 native input preparation of patch 0008. ``TRITON_INTERPRET=1 make

@@ -91,8 +91,8 @@ def test_score_activation_off_is_the_logit(engine, hf):
         logits.append(hf_logit(hf, enc["input_ids"], enc["token_type_ids"]))
     off = llm.score(QUERY, DOCS, pooling_params=PoolingParams(use_activation=False), use_tqdm=False)
     on = llm.score(QUERY, DOCS, use_tqdm=False)
-    assert abs(np.array([o.outputs.score for o in off]) - logits).max() <= TOL
-    assert abs(np.array([o.outputs.score for o in on]) - sigmoid(logits)).max() <= TOL
+    np.testing.assert_allclose(np.array([o.outputs.score for o in off]), logits, rtol=0, atol=TOL)
+    np.testing.assert_allclose(np.array([o.outputs.score for o in on]), sigmoid(logits), rtol=0, atol=TOL)
 
 
 def truncated_reference(hf):

@@ -91,4 +91,4 @@ def test_chunked_long_text_gets_the_requests_normalisation(engine, long_input, c
     assert num_requests == 4
     expected = reference(chunk_means, use_activation)
     assert got.shape == expected.shape == (384,)
-    assert abs(got - expected).max() <= TOL
+    np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)

@@ -66,7 +66,7 @@ def test_unsupported_task_is_refused_while_engine_serves_others(qwen3):
     assert sorted(outs) == ["good-0", "good-1"]
     ref = hf_last_token_embed(qwen3, prompts)
     got = np.stack([outs[f"good-{i}"].outputs.data.numpy() for i in range(2)])
-    assert abs(got - ref).max() <= TOL
+    np.testing.assert_allclose(got, ref, rtol=0, atol=TOL)
 
 
 def test_startup_with_task_mrv2_cannot_serve_fails_clearly(qwen3):
@@ -136,10 +136,10 @@ def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
 
     assert max(many_steps) == 256  # all 256 finished in one engine step
     got = np.stack([many_out[f"many-{i}"].outputs.data.numpy() for i in range(256)])
-    assert abs(got - hf_mean_embed(minilm_path(), many)).max() <= TOL
+    np.testing.assert_allclose(got, hf_mean_embed(minilm_path(), many), rtol=0, atol=TOL)
 
     got = np.stack([len_out[f"len-{i}"].outputs.data.numpy() for i in range(len(lengths))])
-    assert abs(got - hf_mean_embed(minilm_path(), lengths)).max() <= TOL
+    np.testing.assert_allclose(got, hf_mean_embed(minilm_path(), lengths), rtol=0, atol=TOL)
 
     expected = {f"first-{i}" for i in range(10)} | {f"later-{i}" for i in range(10)} \
         | {f"doomed-{i}" for i in (1, 3)}
@@ -147,9 +147,9 @@ def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
     raw = np.stack([h.mean(axis=0) for h in hf_forward(minilm_path(), later)])
     for i in range(10):
         want = l2_normalize(raw[i]) if i % 2 == 0 else raw[i]
-        assert abs(mixed[f"later-{i}"].outputs.data.numpy() - want).max() <= TOL
+        np.testing.assert_allclose(mixed[f"later-{i}"].outputs.data.numpy(), want, rtol=0, atol=TOL)
     got = np.stack([mixed[f"first-{i}"].outputs.data.numpy() for i in range(10)])
-    assert abs(got - hf_mean_embed(minilm_path(), first)).max() <= TOL
+    np.testing.assert_allclose(got, hf_mean_embed(minilm_path(), first), rtol=0, atol=TOL)
 
 
 def test_decoder_chunked_prefill_with_abort_and_slot_reuse(qwen3, monkeypatch):
@@ -183,9 +183,9 @@ def test_decoder_chunked_prefill_with_abort_and_slot_reuse(qwen3, monkeypatch):
     assert set(outs) == {f"long-{i}" for i in (0, 2, 4, 5)} | {f"after-{i}" for i in range(8)}
     kept = [long[i] for i in (0, 2, 4, 5)]
     got = np.stack([outs[f"long-{i}"].outputs.data.numpy() for i in (0, 2, 4, 5)])
-    assert abs(got - hf_last_token_embed(qwen3, kept)).max() <= TOL
+    np.testing.assert_allclose(got, hf_last_token_embed(qwen3, kept), rtol=0, atol=TOL)
     got = np.stack([outs[f"after-{i}"].outputs.data.numpy() for i in range(8)])
-    assert abs(got - hf_last_token_embed(qwen3, after)).max() <= TOL
+    np.testing.assert_allclose(got, hf_last_token_embed(qwen3, after), rtol=0, atol=TOL)
 
 
 def test_encoder_only_with_chunking_flags_set_runs_on_mrv2(sts):
@@ -203,4 +203,4 @@ def test_encoder_only_with_chunking_flags_set_runs_on_mrv2(sts):
         first, second = twice(llm)
     ref = st_embed(minilm_path(), sentences)
     assert rowwise_cosine(first, ref).min() >= MIN_COSINE
-    assert abs(second - first).max() <= TOL
+    np.testing.assert_allclose(second, first, rtol=0, atol=TOL)

@@ -143,14 +143,14 @@ class TestEmbedServer:
         floats = client.embeddings.create(model=model, input=ref["texts"], encoding_format="float")
         got = np.asarray([d.embedding for d in sorted(floats.data, key=lambda d: d.index)], dtype=np.float32)
         assert got.shape == (8, 384)
-        assert abs(got - ref["vectors"]).max() <= TOL
+        np.testing.assert_allclose(got, ref["vectors"], rtol=0, atol=TOL)
         b64 = client.embeddings.create(model=model, input=ref["texts"], encoding_format="base64")
         assert all(isinstance(d.embedding, str) for d in b64.data)
         got = np.stack([np.frombuffer(base64.b64decode(d.embedding), dtype="<f4")
                         for d in sorted(b64.data, key=lambda d: d.index)])
-        assert abs(got - ref["vectors"]).max() <= TOL
+        np.testing.assert_allclose(got, ref["vectors"], rtol=0, atol=TOL)
         one = client.embeddings.create(model=model, input=ref["texts"][3], encoding_format="float")
-        assert abs(np.asarray(one.data[0].embedding) - ref["vectors"][3]).max() <= TOL
+        np.testing.assert_allclose(np.asarray(one.data[0].embedding), ref["vectors"][3], rtol=0, atol=TOL)
         assert floats.usage.prompt_tokens > 8
 
     def test_openai_dimensions_refused(self, embed_server):
@@ -169,7 +169,7 @@ class TestEmbedServer:
         r = post(server, "/pooling", {"model": server.served_model(), "input": ref["texts"], "task": "embed"})
         assert r.status_code == 200, r.text
         got = np.asarray([d["data"] for d in r.json()["data"]], dtype=np.float32)
-        assert abs(got - ref["vectors"]).max() <= TOL
+        np.testing.assert_allclose(got, ref["vectors"], rtol=0, atol=TOL)
 
     def test_64_clients_2000_requests_all_correct_once(self, embed_server):
         """64 concurrent clients, 2,000 requests of mixed lengths: every
@@ -213,7 +213,7 @@ def check_score_and_rerank(server, model: str, ref: dict) -> list[dict]:
     r = post(server, "/score", {"model": model, "queries": QUERY, "documents": ref["docs"]})
     assert r.status_code == 200, r.text
     got = np.asarray([d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])])
-    assert abs(got - ref["scores"]).max() <= TOL
+    np.testing.assert_allclose(got, ref["scores"], rtol=0, atol=TOL)
     r = post(server, "/rerank", {"model": model, "query": QUERY, "documents": ref["docs"]})
     assert r.status_code == 200, r.text
     results = r.json()["results"]
@@ -261,13 +261,13 @@ class TestClassifierServer:
         assert r.status_code == 200, r.text
         data = sorted(r.json()["data"], key=lambda d: d["index"])
         got = np.asarray([d["probs"] for d in data])
-        assert abs(got - ref["probs"]).max() <= TOL
+        np.testing.assert_allclose(got, ref["probs"], rtol=0, atol=TOL)
         assert [d["label"] for d in data] == [f"LABEL_{i}" for i in ref["probs"].argmax(axis=1)]
         assert {d["num_classes"] for d in data} == {3}
         r = post(server, "/pooling", {"model": model, "input": ref["texts"], "task": "classify"})
         assert r.status_code == 200, r.text
         got = np.asarray([d["data"] for d in r.json()["data"]])
-        assert abs(got - ref["probs"]).max() <= TOL
+        np.testing.assert_allclose(got, ref["probs"], rtol=0, atol=TOL)
 
     def test_bad_input(self, cls_server):
         server, ref = cls_server
@@ -302,7 +302,7 @@ class TestColbertServer:
         for d, want in zip(r.json()["data"], ref["tokens"], strict=True):
             got = np.asarray(d["data"], dtype=np.float32)
             assert got.shape == want.shape and want.shape[1] == 32
-            assert abs(got - want).max() <= TOL
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_bad_input(self, colbert_server):

@@ -2,7 +2,7 @@
 assertion its engines are opened with (``vllm_runner`` ->
 ``scripts.validation.engine.assert_runner``): what README says the job
 asserts — MRV2 for both rows (MiniLM by default), the input preparation this
-machine should use, DESIGN.md's cosine bar. The assertion is checked against
+machine should use, docs/validation.md's cosine bar. The assertion is checked against
 a stand-in for ``vllm.LLM`` whose worker reports a runner class and an input
 preparation (``collective_rpc``), as a real worker does."""
 

@@ -107,4 +107,4 @@ def test_chunked_embedding_gets_the_requests_normalisation(io_processor, long_in
 
     (result,) = ctx.final_res_batch
     expected = reference(chunk_states, normalised_chunks=activation, normalise_result=activation)
-    assert abs(result.outputs.data.numpy() - expected).max() <= TOL
+    np.testing.assert_allclose(result.outputs.data.numpy(), expected, rtol=0, atol=TOL)
