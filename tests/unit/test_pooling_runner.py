@@ -91,17 +91,18 @@ def req_states(prompt_lens: dict[int, int]):
     return SimpleNamespace(prompt_len=SimpleNamespace(np=arr))
 
 
-def test_task_sets_follow_model_and_attention_type():
-    enc, _ = make_runner("encoder_only")
-    assert enc.supported_tasks == {"embed", "classify", "token_embed", "token_classify"}
-    dec, _ = make_runner("decoder")
-    assert dec.supported_tasks == {"embed", "classify"}
+def test_decoder_pooler_with_token_tasks_serves_its_sequence_tasks_only():
+    """Beyond the behavioural tests below (whole task sets per attention type):
+    a decoder pooler offering embed and token_embed serves embed alone, and a
+    module without a pooler serves nothing."""
     only_embed, _ = make_runner("decoder", tasks=("embed", "token_embed"))
     assert only_embed.supported_tasks == {"embed"}
     assert PoolingRunner.get_supported_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
 
 
-def test_configured_task_mrv2_cannot_serve_fails_at_construction():
+def test_refusal_at_construction_says_what_is_served_and_the_fallback():
+    """The whole message of the start-up refusal (the behavioural tests below
+    check that it happens, through names upstream has too)."""
     with pytest.raises(ValueError) as e:
         make_runner("decoder", task="token_classify")
     assert str(e.value) == (
