@@ -223,10 +223,9 @@ def vllm_runner(model, runner: str = "default", want: str | None = None, check: 
 
     Raises ``ValueError`` for an unknown ``runner``, ``AssertionError`` when
     another runner (or input preparation) ran, and what ``LLM`` raises."""
-    if runner not in RUNNER_ENV:
-        raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
-    # the choice holds while the engine lives (vllm_config.use_v2_model_runner reads it), not after
-    with environ(VLLM_USE_V2_MODEL_RUNNER=RUNNER_ENV[runner]):
+    # open_llm sets the runner's choice (select_runner, which refuses an unknown one); it holds
+    # while the engine lives (vllm_config.use_v2_model_runner reads it) and is restored after
+    with environ(VLLM_USE_V2_MODEL_RUNNER=os.environ.get("VLLM_USE_V2_MODEL_RUNNER")):
         llm = open_llm(model, runner, **kwargs)
         try:
             if check:
