@@ -18,6 +18,7 @@ as ``scripts.validation.engine.runner_in_use`` is for an offline ``LLM``.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,9 @@ LOGS = BUILD / "logs"
 # cache), so a small share keeps several servers and engines side by side.
 SERVER_MEMORY_UTILIZATION = 0.05
 PROBE = "scripts.validation.engine.WorkerProbe"
+# an ERROR line of the engine core or the worker: vLLM prefixes their output
+# with the process' name and pid, except lines logged while a worker starts
+ENGINE_ERROR = re.compile(r"^(\((EngineCore|Worker)[^)]*\) )?ERROR ")
 
 
 class ServerError(RuntimeError):
@@ -118,22 +122,29 @@ class VllmServer:
 
     def wait_ready(self) -> "VllmServer":
         """Wait until ``/health`` answers 200. ``ServerError`` (with the log's
-        tail) when the server exits first or is not ready ``start_timeout``
-        seconds after ``launch``; the server is stopped then."""
+        root cause and tail) when the server exits first or is not ready
+        ``start_timeout`` seconds after ``launch``; the server is stopped then.
+
+        The polls share one keep-alive connection: every new client
+        connection takes an ephemeral port, and a starting server's worker
+        binds a port its engine core picked earlier (vLLM's torch.distributed
+        init, ``get_open_port`` in ``multiproc_executor.py``), which fails
+        with EADDRINUSE if a client connection took it meanwhile."""
         import requests
 
         deadline = self._started + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerError(f"vllm serve exited with status {self.proc.returncode} while starting"
-                                  f"\n{self.log_tail()}")
-            try:
-                if requests.get(self.url("/health"), timeout=5).status_code == 200:
-                    self.startup_seconds = time.monotonic() - self._started
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
+        with requests.Session() as session:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise ServerError(f"vllm serve exited with status {self.proc.returncode} while starting"
+                                      f"\n{self.log_tail()}")
+                try:
+                    if session.get(self.url("/health"), timeout=5).status_code == 200:
+                        self.startup_seconds = time.monotonic() - self._started
+                        return self
+                except requests.RequestException:
+                    pass
+                time.sleep(0.5)
         self.stop()
         raise ServerError(f"vllm serve not ready after {self.start_timeout:.0f} s\n{self.log_tail()}")
 
@@ -247,10 +258,17 @@ class VllmServer:
         return sum(self.rss_by_process().values())
 
     def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server's log."""
+        """The root cause and the last ``lines`` lines of the server's log.
+
+        The API server's traceback at the end of a failed start only says
+        that the engine core failed; the cause is in the ``ERROR`` lines the
+        engine core and the worker logged before it, so the first
+        ``lines`` of those come first."""
         try:
             text = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
-        return "\n".join(text[-lines:]) + f"\n(full log: {self.log})"
+        cause = [line for line in text if ENGINE_ERROR.match(line)][:lines]
+        head = (["engine core / worker errors:", *cause, "...", "log tail:"] if cause else [])
+        return "\n".join(head + text[-lines:]) + f"\n(full log: {self.log})"
 

@@ -45,7 +45,7 @@ import requests
 
 from scripts.validation.engine import expected_input_preparation, vllm_runner
 from scripts.validation.models import MODELS, make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
-from scripts.validation.server import SERVER_MEMORY_UTILIZATION, VllmServer
+from scripts.validation.server import SERVER_MEMORY_UTILIZATION, ServerError, VllmServer
 from tests.e2e.server_faults import QUERY, check_faults, post
 
 TOL = 1e-5
@@ -97,9 +97,23 @@ def servers(request):
 
 def serve(servers, name, fn):
     """The server ``name`` of ``servers`` once ready, and ``fn(llm)`` computed
-    offline on its model (while it and the others start)."""
+    offline on its model (while it and the others start).
+
+    No client talks to any server before all of them have started: while a
+    server starts, its worker binds a port that its engine core picked
+    earlier (torch.distributed's store, ``get_open_port`` in vLLM's
+    ``multiproc_executor.py``), and a client connection opened meanwhile can
+    take that port as its ephemeral port (it stays taken in TIME_WAIT for a
+    minute after the connection closes): the worker then fails with
+    EADDRINUSE. The 2,000-request load test opens 2,000 connections."""
     server = servers[name]
     reference = offline(server.model, fn)
+    for other in servers.values():
+        if other is not server:
+            try:
+                other.wait_ready()
+            except ServerError:
+                pass  # raised again, with its log, by the fixture of the class that talks to it
     server.wait_ready()
     return server, reference
 
