@@ -2,7 +2,7 @@
 assert which runner ran, close it. Shared by the smoke job, the matrix, the
 tests and the benchmarks. The transformers / sentence-transformers
 references they compare with live in ``scripts.validation.references``
-(``st_embed``, ``hf_forward``, ... importable from here too).
+(``st_embed``, ``forward``, ... importable from here too).
 
 ``vllm_runner(model, runner)`` is the one context manager that opens an
 engine (``open_llm``), asserts its runner and input preparation
@@ -30,7 +30,7 @@ import numpy as np
 from scripts.common.environ import environ, set_environ
 from scripts.common.quiet import quiet_vllm  # noqa: F401 - the jobs' shared quieting (make, matrix, bench)
 # the references the jobs and the tests compare engines with, importable from here too
-from scripts.validation.references import (hf_forward, hf_last_token_embed, hf_mean_embed,  # noqa: F401
+from scripts.validation.references import (forward, hf_last_token_embed, hf_mean_embed,  # noqa: F401
                                            hf_pair_scores, l2_normalize, maxsim, st_embed)
 
 # docs/base-and-recipe.md: the CPU worker reserves this share of the NUMA node's memory.

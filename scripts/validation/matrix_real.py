@@ -11,7 +11,7 @@ import os
 
 from scripts.common.environ import environ
 from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner, close_llm,
-                                       embed, engine_env, hf_forward, l2_normalize, rowwise_cosine, st_embed,
+                                       embed, engine_env, forward, l2_normalize, rowwise_cosine, st_embed,
                                        vllm_runner)
 from scripts.validation.matrix_tasks import max_abs_error
 from scripts.validation.models import minilm_path, sts_test
@@ -34,7 +34,7 @@ def minilm_token_embed(runner: str) -> float:
                      pooler_config={"task": "token_embed"}) as llm:
         got = [o.outputs.data.float().numpy()
                for o in llm.encode(sentences, pooling_task="token_embed", use_tqdm=False)]
-    return max_abs_error(got, [l2_normalize(h) for h in hf_forward(minilm_path(), sentences)])
+    return max_abs_error(got, [l2_normalize(h) for h in forward(minilm_path(), sentences)])
 
 
 def mteb_sts(runner: str) -> float:

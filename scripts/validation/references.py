@@ -59,7 +59,7 @@ def activation(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def l2(x: np.ndarray) -> np.ndarray:
+def l2_normalize(x: np.ndarray) -> np.ndarray:
     """Rows (the last axis) divided by their L2 norm."""
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
@@ -89,13 +89,13 @@ POOL = {"CLS": lambda h: h[0], "MEAN": lambda h: h.mean(axis=0), "LAST": lambda 
 def embed(model_dir, prompts, pooling="CLS", bidirectional=False, config_cls=None):
     """Sequence embedding: ``pooling`` (CLS, MEAN or LAST) of the last hidden
     state, L2-normalised (vLLM's embed default)."""
-    return [l2(POOL[pooling](h)) for h in forward(model_dir, prompts, bidirectional=bidirectional,
+    return [l2_normalize(POOL[pooling](h)) for h in forward(model_dir, prompts, bidirectional=bidirectional,
                                                   config_cls=config_cls)]
 
 
 def token_embed(model_dir, prompts, config_cls=None):
     """Per-token last hidden states, each L2-normalised."""
-    return [l2(h) for h in forward(model_dir, prompts, config_cls=config_cls)]
+    return [l2_normalize(h) for h in forward(model_dir, prompts, config_cls=config_cls)]
 
 
 def classify(model_dir, prompts):
@@ -137,7 +137,7 @@ def colbert_tokens(model_dir, prompts, weight="linear.weight", auto_class="AutoM
     """ColBERT token embeddings: the backbone's last hidden state, projected
     by the checkpoint's bias-free ``linear`` and L2-normalised per token."""
     w = _safetensors(model_dir)[weight].numpy()
-    return [l2(h @ w.T) for h in forward(model_dir, prompts, auto_class, config_cls=config_cls)]
+    return [l2_normalize(h @ w.T) for h in forward(model_dir, prompts, auto_class, config_cls=config_cls)]
 
 
 def late_interaction_score(model_dir, pairs, **kw):
@@ -190,8 +190,8 @@ def bgem3(model_dir, prompts, part):
     ``dense+sparse`` = the two concatenated (vLLM's ``embed&token_classify``)."""
     out = []
     for h, sw, sb, cw, cb in _bgem3(model_dir, prompts):
-        dense, sp = l2(h[0]), np.maximum(h[1:-1] @ sw.T + sb, 0)[:, 0]
-        out.append({"dense": dense, "sparse": sp, "colbert": l2(h[1:] @ cw.T + cb),
+        dense, sp = l2_normalize(h[0]), np.maximum(h[1:-1] @ sw.T + sb, 0)[:, 0]
+        out.append({"dense": dense, "sparse": sp, "colbert": l2_normalize(h[1:] @ cw.T + cb),
                     "dense+sparse": np.concatenate([dense, sp.reshape(-1)])}[part])
     return out
 
@@ -243,7 +243,7 @@ def _two_tower(model_dir, inputs, model_cls: str, processor_cls: str, text_featu
             else:
                 f = model.get_image_features(**processor(images=[x], return_tensors="pt"))
             f = getattr(f, "pooler_output", f)
-            out.append(l2(f[0].numpy()))
+            out.append(l2_normalize(f[0].numpy()))
     return out
 
 
@@ -283,14 +283,6 @@ def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarra
     return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
 
 
-def hf_forward(model_dir, prompts: list, auto_class: str = "AutoModel",
-               output: str = "last_hidden_state") -> list[np.ndarray]:
-    """Run a transformers model on each prompt alone (text, or a list of
-    token ids used as they are), fp32, no padding; return ``output`` of each
-    (``last_hidden_state`` [len, d] or ``logits``), float32 arrays
-    (``forward`` with its defaults)."""
-    return forward(model_dir, prompts, auto_class, output)
-
 
 def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray:
     """transformers reference of a one-label cross-encoder's ``LLM.score``:
@@ -298,10 +290,6 @@ def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray
     as a pair (token types included), fp32, shape (N,) (``cross_encoder_score``)."""
     return np.asarray([s[0] for s in cross_encoder_score(model_dir, list(zip(first, second)))], dtype=np.float32)
 
-
-def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Rows (the last axis) divided by their L2 norm."""
-    return l2(x)
 
 
 def hf_last_token_embed(model_dir, prompts: list) -> np.ndarray:

@@ -24,7 +24,6 @@ from typing import Callable
 
 from scripts.validation.models import MINILM_VOCAB, MODELS, TINY, TINY_DECODER, atomic_dir, copy_tokenizer, sts_test
 
-SMALL, DECODER = TINY, TINY_DECODER  # the sizes of every checkpoint (scripts.validation.models)
 BPE_DIR = MODELS / "_bpe-tokenizer"
 BPE_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0..4
 
@@ -99,7 +98,7 @@ def make_hf(dest: Path, config_cls: str, model_cls: str, *, tokenizer: str = "mi
     ``dest``; ``architectures`` overrides the class name written to
     ``config.json`` (a registry name such as ``MistralModel``); ``decoder``
     adds the decoder sizes (1 KV head, head_dim 64, untied embeddings)."""
-    base = DECODER if decoder else SMALL
+    base = TINY_DECODER if decoder else TINY
     config = {**base, "vocab_size": vocab(tokenizer), **config}
 
     def write(tmp: Path) -> None:
@@ -127,7 +126,7 @@ def make_custom(dest: Path, config_cls: str, backbone_cls: str, *, architectures
     import torch
     from safetensors.torch import save_file
 
-    base = DECODER if decoder else SMALL
+    base = TINY_DECODER if decoder else TINY
     config = {**base, "vocab_size": vocab(tokenizer), **config}
 
     def rand(shape):
@@ -182,7 +181,7 @@ def make_clip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int =
     processor = transformers.CLIPProcessor(
         image_processor=transformers.CLIPImageProcessor(size={"shortest_edge": image_size}, crop_size=size),
         tokenizer=tok)
-    tower = dict(SMALL)
+    tower = dict(TINY)
     config = transformers.CLIPConfig(
         text_config=dict(tower, vocab_size=len(vocab), max_position_embeddings=77, bos_token_id=len(vocab) - 2,
                          eos_token_id=len(vocab) - 1, pad_token_id=len(vocab) - 1, projection_dim=128),

@@ -34,13 +34,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.validation.models import MINILM_VOCAB, atomic_dir
-from scripts.validation.zoo import SMALL, _build, _model, save_model_and_processor
+from scripts.validation.models import MINILM_VOCAB, TINY, atomic_dir
+from scripts.validation.zoo import _build, _model, save_model_and_processor
 
-GELU_BERT = dict(SMALL, max_position_embeddings=512)
+GELU_BERT = dict(TINY, max_position_embeddings=512)
 # nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
-NOMIC_FIELDS = dict(activation_function="swiglu", n_embd=SMALL["hidden_size"], n_inner=SMALL["intermediate_size"],
-                    n_layer=SMALL["num_hidden_layers"], n_head=SMALL["num_attention_heads"], n_positions=512,
+NOMIC_FIELDS = dict(activation_function="swiglu", n_embd=TINY["hidden_size"], n_inner=TINY["intermediate_size"],
+                    n_layer=TINY["num_hidden_layers"], n_head=TINY["num_attention_heads"], n_positions=512,
                     layer_norm_epsilon=1e-12, qkv_proj_bias=False, mlp_fc1_bias=False, mlp_fc2_bias=False,
                     rotary_emb_base=1000, rotary_emb_fraction=1.0, rotary_emb_scale_base=None,
                     rotary_emb_interleaved=False, prenorm=False, causal=False)
@@ -80,7 +80,7 @@ def make_nomic(dest: Path, seed: int = 0) -> Path:
     saved in nomic-bert-2048's layout (``encoder.layers.N.attn.Wqkv``,
     ``mlp.fc11``/``fc12``/``fc2``, ``emb_ln``), config with both field sets."""
     def write(tmp: Path) -> None:
-        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(SMALL, vocab_size=MINILM_VOCAB,
+        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(TINY, vocab_size=MINILM_VOCAB,
                        max_position_embeddings=512))
         model.save_pretrained(tmp)
         _edit_config(tmp, architectures=["NomicBertModel"], **NOMIC_FIELDS)
@@ -103,7 +103,7 @@ def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None 
 
     def write(tmp: Path) -> None:
         bert_like = tokenizer == "minilm"
-        config = dict(SMALL, vocab_size=vocab(tokenizer), max_position_embeddings=512,
+        config = dict(TINY, vocab_size=vocab(tokenizer), max_position_embeddings=512,
                       type_vocab_size=2 if bert_like else 1, pad_token_id=0 if bert_like else 1,
                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
         if num_labels:
@@ -185,9 +185,9 @@ def make_siglip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int
         image_processor=transformers.SiglipImageProcessor(size={"height": image_size, "width": image_size}),
         tokenizer=tok)
     config = transformers.SiglipConfig(
-        text_config=dict(SMALL, vocab_size=len(tok), max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+        text_config=dict(TINY, vocab_size=len(tok), max_position_embeddings=64, pad_token_id=tok.pad_token_id,
                          bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, projection_size=128),
-        vision_config=dict(SMALL, image_size=image_size, patch_size=patch_size))
+        vision_config=dict(TINY, image_size=image_size, patch_size=patch_size))
     torch.manual_seed(seed)
     model = transformers.SiglipModel(config).to(torch.float32).eval()
     return save_model_and_processor(dest, model, processor)

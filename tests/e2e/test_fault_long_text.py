@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scripts.validation.engine import hf_forward, l2_normalize, vllm_runner
+from scripts.validation.engine import forward, l2_normalize, vllm_runner
 from scripts.validation.models import minilm_path
 
 TOL = 1e-4
@@ -44,7 +44,7 @@ def chunk_means(long_input):
     each chunk of 128 tokens run alone, as the server splits the input."""
     chunks = [long_input[i:i + MAX_MODEL_LEN] for i in range(0, NUM_TOKENS, MAX_MODEL_LEN)]
     assert [len(c) for c in chunks] == [128, 128, 128, 14]
-    return [(len(c), s.mean(axis=0)) for c, s in zip(chunks, hf_forward(minilm_path(), chunks))]
+    return [(len(c), s.mean(axis=0)) for c, s in zip(chunks, forward(minilm_path(), chunks))]
 
 
 def reference(chunk_means, use_activation) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from scripts.series.base import REPO
-from scripts.validation.engine import (embed, hf_forward, hf_last_token_embed, hf_mean_embed, l2_normalize,
+from scripts.validation.engine import (embed, forward, hf_last_token_embed, hf_mean_embed, l2_normalize,
                                        rowwise_cosine, st_embed, vllm_runner)
 from scripts.validation.models import make_tiny_qwen3, minilm_path
 from tests.e2e.support import drain, random_prompt
@@ -144,7 +144,7 @@ def test_encoder_batches_lengths_arrivals_params_aborts(monkeypatch):
     expected = {f"first-{i}" for i in range(10)} | {f"later-{i}" for i in range(10)} \
         | {f"doomed-{i}" for i in (1, 3)}
     assert set(mixed) == expected
-    raw = np.stack([h.mean(axis=0) for h in hf_forward(minilm_path(), later)])
+    raw = np.stack([h.mean(axis=0) for h in forward(minilm_path(), later)])
     for i in range(10):
         want = l2_normalize(raw[i]) if i % 2 == 0 else raw[i]
         np.testing.assert_allclose(mixed[f"later-{i}"].outputs.data.numpy(), want, rtol=0, atol=TOL)

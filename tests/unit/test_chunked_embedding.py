@@ -39,11 +39,11 @@ def long_input():
 @pytest.fixture(scope="module")
 def chunk_states(long_input):
     """transformers' last hidden state of each 128-token chunk, run alone."""
-    from scripts.validation.engine import hf_forward
+    from scripts.validation.engine import forward
     from scripts.validation.models import minilm_path
 
     chunks = [long_input[i:i + MAX_MODEL_LEN] for i in range(0, NUM_TOKENS, MAX_MODEL_LEN)]
-    return {tuple(c): s for c, s in zip(chunks, hf_forward(minilm_path(), chunks))}
+    return {tuple(c): s for c, s in zip(chunks, forward(minilm_path(), chunks))}
 
 
 @pytest.fixture(scope="module")
