@@ -48,13 +48,14 @@ from scripts.validation.models import make_tiny_qwen3
 if __name__ == "__main__":
     engine_env()
     from vllm import LLM, SamplingParams
-    path = make_tiny_qwen3(Path(tempfile.mkdtemp()) / "qwen3")
-    llm = LLM(model=str(path), runner="generate", dtype="float32", enforce_eager=True,
-              gpu_memory_utilization=GPU_MEMORY_UTILIZATION, seed=0)
-    print("RUNNER", runner_in_use(llm), llm.llm_engine.vllm_config.use_v2_model_runner)
-    out = llm.generate(["hello world"], SamplingParams(max_tokens=4, temperature=0))
-    print("TOKENS", len(out[0].outputs[0].token_ids))
-    close_llm(llm)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = make_tiny_qwen3(Path(tmp) / "qwen3")
+        llm = LLM(model=str(path), runner="generate", dtype="float32", enforce_eager=True,
+                  gpu_memory_utilization=GPU_MEMORY_UTILIZATION, seed=0)
+        print("RUNNER", runner_in_use(llm), llm.llm_engine.vllm_config.use_v2_model_runner)
+        out = llm.generate(["hello world"], SamplingParams(max_tokens=4, temperature=0))
+        print("TOKENS", len(out[0].outputs[0].token_ids))
+        close_llm(llm)
 """
 
 
