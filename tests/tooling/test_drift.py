@@ -351,8 +351,8 @@ def test_lint_checks_applied_upstream(patches_dir):
 # - 0003, 0004: Applied-Upstream 0.27.0 (PR 50574; upstream 0.27.1's own
 #   tests of it pass against our tree, ours pass on every unpatched release):
 #   upstream, so not applied, on every release.
-# - 0005, 0014, 0015, 0019, 0032, 0037, 0041: the code they change is unchanged
-#   upstream: apply (0041 checked on revision 10).
+# - 0005, 0014, 0015, 0019, 0032, 0037: the code they change is unchanged upstream:
+#   apply.
 # - 0006, 0010, 0013, 0016, 0017, 0018, 0022, 0023, 0033, 0035, 0036, 0040: their
 #   context (MRV2's model runner and states, the pooling entrypoints and
 #   renderers, the shared-memory queue, the CPU attention backend, the CPU
@@ -408,7 +408,6 @@ EXPECTED = {
     "0036-cpu-encoder-only-attention-cache.patch": [C, C, C, C, C, C, C, C],
     "0037-cpu-onednn-primitive-cache-bounded.patch": [A, A, A, A, A, A, A, A],
     "0040-mrv2-encoder-only-cudagraph-support.patch": [C, C, C, C, C, C, C, C],
-    "0041-cpu-encoder-only-pooling-batch-defaults.patch": [A, A, A, A, A, A, A, A],
 }
 
 
