@@ -257,6 +257,14 @@ def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> fl
     return float(spearmanr(rowwise_cosine(first, second), gold).statistic)
 
 
+def mapped_tcmalloc(worker=None) -> list[str]:
+    """Paths of the tcmalloc libraries mapped into this process (sorted; the
+    CPU wheel's engines preload the one in ``vllm/libs/``, revision 10).
+    ``worker`` is unused: ``collective_rpc`` passes the worker."""
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "libtcmalloc" in line})
+
+
 class WorkerProbe:
     """Worker extension for servers (``vllm serve --worker-extension-cls
     scripts.validation.engine.WorkerProbe``): upstream mixes this class into the worker
@@ -273,6 +281,10 @@ class WorkerProbe:
     def probe_input_preparation(self) -> str:
         """``input_preparation_kind``: how an MRV2 runner prepares its inputs."""
         return input_preparation_kind(self)
+
+    def probe_tcmalloc(self) -> list[str]:
+        """``mapped_tcmalloc``: the tcmalloc libraries mapped into the worker."""
+        return mapped_tcmalloc()
 
     def probe_late_interaction_state(self) -> dict:
         """``late_interaction_state``: cached queries, their uses, pending documents."""

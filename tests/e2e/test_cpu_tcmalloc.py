@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.validation.engine import embed, rowwise_cosine, vllm_runner
+from scripts.validation.engine import embed, mapped_tcmalloc, rowwise_cosine, vllm_runner
 from scripts.validation.models import minilm_path, sts_test
 from scripts.validation.references import st_embed
 
@@ -27,16 +27,10 @@ def bundled() -> Path:
     return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
 
 
-def mapped_allocators(worker) -> list[str]:
-    """Paths of the tcmalloc libraries mapped into this (worker) process."""
-    with open("/proc/self/maps") as f:
-        return sorted({line.split()[-1] for line in f if "tcmalloc" in line})
-
-
 def test_engine_worker_runs_with_the_bundled_tcmalloc():
     sentences = sts_test().sentences[:64]
     with vllm_runner(minilm_path(), "v2") as llm:
-        (maps,) = llm.collective_rpc(mapped_allocators)
+        (maps,) = llm.collective_rpc(mapped_tcmalloc)
         got, _ = embed(llm, sentences)
     assert maps == [str(bundled())]
     want = st_embed(minilm_path(), sentences)
