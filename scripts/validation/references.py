@@ -90,7 +90,7 @@ def embed(model_dir, prompts, pooling="CLS", bidirectional=False, config_cls=Non
     """Sequence embedding: ``pooling`` (CLS, MEAN or LAST) of the last hidden
     state, L2-normalised (vLLM's embed default)."""
     return [l2_normalize(POOL[pooling](h)) for h in forward(model_dir, prompts, bidirectional=bidirectional,
-                                                  config_cls=config_cls)]
+                                                            config_cls=config_cls)]
 
 
 def token_embed(model_dir, prompts, config_cls=None):
@@ -283,13 +283,11 @@ def st_embed(model_dir, sentences: list[str], batch_size: int = 64) -> np.ndarra
     return model.encode(sentences, batch_size=batch_size, convert_to_numpy=True).astype(np.float32)
 
 
-
 def hf_pair_scores(model_dir, first: list[str], second: list[str]) -> np.ndarray:
     """transformers reference of a one-label cross-encoder's ``LLM.score``:
     the sigmoid of the logit of each pair ``(first[i], second[i])``, tokenized
     as a pair (token types included), fp32, shape (N,) (``cross_encoder_score``)."""
     return np.asarray([s[0] for s in cross_encoder_score(model_dir, list(zip(first, second)))], dtype=np.float32)
-
 
 
 def hf_last_token_embed(model_dir, prompts: list) -> np.ndarray:
