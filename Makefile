@@ -33,7 +33,7 @@ help:
 	@echo "make              set up everything (env, fetch, apply, wheel, install) and run the smoke job (make smoke)"
 	@echo "make help         this list"
 	@echo "make env          the venv ($(VENV)): PyPI's torch 2.11.0, the base wheel's requirements, requirements/dev.txt"
-	@echo "make fetch        the pinned base wheels (cpu and cuda) into the download cache, sha256 verified"
+	@echo "make fetch        the pinned base wheels (cpu and cuda) and bundled packages into the download cache, sha256 verified"
 	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
 	@echo "make lint         ruff on scripts/, tests/, setup.py; series listing, DEP-3 headers, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/"

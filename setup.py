@@ -17,7 +17,8 @@ detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
 base wheel's requirements, entry points and platform tag
 (``cp38-abi3-manylinux_2_28_x86_64``).
 Its Python sources are the base's with the series applied; its binary
-extensions are the base wheel's. Builds are reproducible: zip timestamps come
+extensions are the base wheel's; the cpu flavor's tree holds tcmalloc under
+``vllm/libs/`` from a pinned Debian package (``scripts.series.bundled``). Builds are reproducible: zip timestamps come
 from ``SOURCE_DATE_EPOCH`` (default: the base's release date), so two builds
 from the same inputs are byte-identical.
 """
@@ -84,7 +85,8 @@ def _entry_points(text):
 
 class BuildPatchedTree(build_py):
     """Copy the patched tree (base + series, applied by ``scripts.series.patches``) into
-    the build directory, binary extensions and data files included."""
+    the build directory, binary extensions, data files and the flavor's
+    bundled libraries (``vllm/libs/``) included."""
 
     def run(self):
         shutil.rmtree(Path(self.build_lib) / "vllm", ignore_errors=True)  # no stale files

@@ -15,7 +15,7 @@
    of the server's processes (API server, engine core, worker) sampled
    every 500 requests after a warm-up of 500, then in the worker (through
    ``WorkerProbe.probe_memory``) its live Python objects and its resident
-   memory after ``gc.collect()`` and glibc's ``malloc_trim(0)`` (what it
+   memory after ``gc.collect()`` and the allocator's release of freed memory (what it
    really uses, without the freed heap the allocator keeps); and the
    worker's late-interaction state at the end (no cached query, no pending
    document).
@@ -190,7 +190,7 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
             per_process.append((n, by_process))
             worker = server.worker_memory()
             worker_samples.append((n, worker["python_objects"], worker["rss"] / 2**20,
-                                   (worker["rss_after_malloc_trim"] or 0) / 2**20))
+                                   worker["rss_after_release"] / 2**20))
 
         samples, per_process, worker_samples = [], [], []
         run(0, sample_every)  # warm-up
@@ -207,10 +207,10 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     return {"model": "tiny HF_ColBERT (random, 2 layers, dim 32)", "runner": runner, "requests": requests,
             "disconnects": disconnects, "concurrency": concurrency, "samples_mib": samples,
             "per_process_mib": per_process,
-            "worker_samples": [{"requests": n, "python_objects": o, "rss_mib": r, "rss_after_malloc_trim_mib": t}
+            "worker_samples": [{"requests": n, "python_objects": o, "rss_mib": r, "rss_after_release_mib": t}
                                for n, o, r, t in worker_samples],
             "worker_python_objects_growth": worker_samples[-1][1] - worker_samples[0][1],
-            "worker_trimmed_growth_mib": worker_samples[-1][3] - worker_samples[0][3],
+            "worker_released_growth_mib": worker_samples[-1][3] - worker_samples[0][3],
             "growth_by_process_mib": {k: per_process[-1][1].get(k, 0) - v for k, v in per_process[0][1].items()},
             "growth_mib": rss[-1] - rss[0], "spread_mib": max(rss) - min(rss),
             "growth_after_half_mib": rss[-1] - rss[len(rss) // 2],
@@ -260,8 +260,8 @@ def summary_lines(sec: dict) -> list[str]:
                     f"{samples}; growth {mem['growth_mib']:+.1f} MiB (second half {mem['growth_after_half_mib']:+.1f}), "
                     f"spread {mem['spread_mib']:.1f} MiB (by process: "
                     + ", ".join(f"{k} {v:+.1f}" for k, v in mem.get("growth_by_process_mib", {}).items())
-                    + f"); in the worker after gc and malloc_trim (memory in use): "
-                    f"{mem['worker_trimmed_growth_mib']:+.1f} MiB, Python objects "
+                    + f"); in the worker after gc and the allocator's release (memory in use): "
+                    f"{mem['worker_released_growth_mib']:+.1f} MiB, Python objects "
                     f"{mem['worker_python_objects_growth']:+d}; answers not 200: {mem['not_200']}; worker state at the end: "
                     f"{'clean' if mem['state_clean'] else mem['final_state']}"]
     return out

@@ -33,7 +33,7 @@ import tempfile
 import tomllib
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.common.paths import REPO
@@ -75,14 +75,31 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class DebianPackage:
+    """One pinned Debian binary package whose files a flavor's wheel bundles
+    under ``vllm/libs/`` (``[bundled.<flavor>.<name>]`` in ``base.toml``;
+    ``scripts.series.bundled``): ``files`` maps a name in ``vllm/libs/`` to a
+    regular file of the package's data archive (``usr/lib/...``)."""
+
+    name: str
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    files: dict[str, str]
+
+
+@dataclass(frozen=True)
 class Base:
-    """The upstream release the series applies to, and the series revision."""
+    """The upstream release the series applies to, the series revision, and
+    the packages each flavor bundles (none unless ``base.toml`` pins some)."""
 
     version: str
     released: str
     label: str
     revision: int
     artifacts: dict[str, Artifact]
+    bundled: dict[str, list[DebianPackage]] = field(default_factory=dict)
 
     @property
     def dist_version(self) -> str:
@@ -128,7 +145,10 @@ def load_base(path: Path = BASE_FILE) -> Base:
         for flavor, a in data["artifacts"].items()
     }
     series = data["series"]
-    return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts)
+    bundled = {flavor: [DebianPackage(name, p["package"], p["version"], p["filename"], p["sha256"], dict(p["files"]))
+                        for name, p in sorted(table.items())]
+               for flavor, table in data.get("bundled", {}).items()}
+    return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled)
 
 
 def upstream_sources(name: str, path: Path = BASE_FILE) -> Artifact:
@@ -306,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ``BaseError``."""
     parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts")
+    p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts (base wheels, bundled packages)")
     p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))
     p = sub.add_parser("requirements", help="print the base wheel's runtime requirements")
     p.add_argument("--flavor", default="cpu", choices=FLAVORS)
@@ -318,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     base = load_base()
     try:
         if args.cmd == "fetch":
+            from scripts.series.bundled import fetch_deb
+
             flavors = FLAVORS if args.flavor == "all" else (args.flavor,)
             for flavor in flavors:
                 print(fetch(base.artifact(flavor)))
+                for pkg in base.bundled.get(flavor, []):
+                    print(fetch_deb(pkg))
         elif args.cmd == "requirements":
             print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
         elif args.cmd == "version":
@@ -334,4 +358,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run main() of the module as imported (scripts.series.base), not of this
+    # __main__ copy: scripts.series.bundled imports scripts.series.base, and the
+    # errors it raises must be the BaseError that main() catches.
+    from scripts.series.base import main as _main
+
+    sys.exit(_main())

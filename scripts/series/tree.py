@@ -14,6 +14,7 @@ from pathlib import Path
 
 from scripts.common.paths import REPO
 from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.bundled import bundled_files
 from scripts.series.diff import parse_diff
 from scripts.series.patchfile import PATCHES, Patch, PatchDoesNotApply, SeriesError, read_series
 
@@ -91,10 +92,15 @@ def extract_base(wheel: Path, dest: Path, version: str) -> Path:
 
 def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
                patches_dir: Path = PATCHES) -> Path:
-    """Extract the base of ``flavor`` into ``dest`` and apply ``names`` (the whole
-    series by default) in order. Returns ``dest/vllm``."""
+    """Extract the base of ``flavor`` into ``dest``, add the flavor's bundled
+    libraries under ``vllm/libs/`` (``scripts.series.bundled``: tcmalloc for
+    cpu) and apply ``names`` (the whole series by default) in order. Returns
+    ``dest/vllm``."""
     wheel = fetch(base.artifact(flavor))
     tree = extract_base(wheel, dest, base.flavor_version(flavor))
+    for name, data in bundled_files(base, flavor).items():
+        (tree / "libs").mkdir(exist_ok=True)
+        (tree / "libs" / name).write_bytes(data)
     for name in read_series(patches_dir / "series") if names is None else names:
         apply_patch(patches_dir / name, dest)
     return tree
@@ -102,8 +108,11 @@ def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = No
 
 def inputs_digest(base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
     """sha256 over what a tree is made of: the base artifact's pinned digest,
-    the distribution version, the series and every patch in it."""
+    the distribution version, the bundled packages' digests and files, the
+    series and every patch in it."""
     h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.flavor_version(flavor)}\0".encode())
+    for pkg in base.bundled.get(flavor, []):
+        h.update(f"{pkg.sha256}\0{sorted(pkg.files.items())}\0".encode())
     names = read_series(patches_dir / "series")
     for name in names:
         h.update(name.encode() + b"\0" + (patches_dir / name).read_bytes())

@@ -257,6 +257,14 @@ def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> fl
     return float(spearmanr(rowwise_cosine(first, second), gold).statistic)
 
 
+def mapped_tcmalloc(worker=None) -> list[str]:
+    """Paths of the tcmalloc libraries mapped into this process (sorted; the
+    CPU wheel's engines preload the one in ``vllm/libs/``, revision 10).
+    ``worker`` is unused: ``collective_rpc`` passes the worker."""
+    with open("/proc/self/maps") as f:
+        return sorted({line.split()[-1] for line in f if "libtcmalloc" in line})
+
+
 class WorkerProbe:
     """Worker extension for servers (``vllm serve --worker-extension-cls
     scripts.validation.engine.WorkerProbe``): upstream mixes this class into the worker
@@ -274,16 +282,23 @@ class WorkerProbe:
         """``input_preparation_kind``: how an MRV2 runner prepares its inputs."""
         return input_preparation_kind(self)
 
+    def probe_tcmalloc(self) -> list[str]:
+        """``mapped_tcmalloc``: the tcmalloc libraries mapped into the worker."""
+        return mapped_tcmalloc()
+
     def probe_late_interaction_state(self) -> dict:
         """``late_interaction_state``: cached queries, their uses, pending documents."""
         return late_interaction_state(self)
 
     def probe_memory(self) -> dict:
         """After ``gc.collect()``: the worker's live Python objects, its
-        resident memory (bytes), and its resident memory once glibc's
-        ``malloc_trim(0)`` has handed freed heap back to the system (None
-        without glibc). Memory still resident after the trim is in use;
-        what the trim returns was freed but kept by the allocator."""
+        resident memory (bytes), and its resident memory once the allocator
+        has handed freed memory back to the system (``rss_after_release``;
+        glibc's ``malloc_trim(0)``, and tcmalloc's
+        ``MallocExtension_ReleaseFreeMemory()`` where it is preloaded, as the
+        CPU wheel's engines have it: revision 10). Memory still resident
+        after the release is in use; what the release returns was freed but
+        kept by the allocator."""
         import ctypes
         import gc
 
@@ -292,12 +307,12 @@ class WorkerProbe:
         gc.collect()
         process = psutil.Process()
         rss = process.memory_info().rss
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-            trimmed = process.memory_info().rss
-        except (OSError, AttributeError):
-            trimmed = None
-        return {"python_objects": len(gc.get_objects()), "rss": rss, "rss_after_malloc_trim": trimmed}
+        this = ctypes.CDLL(None)
+        for release in ("malloc_trim", "MallocExtension_ReleaseFreeMemory"):
+            if hasattr(this, release):
+                getattr(this, release)(*((0,) if release == "malloc_trim" else ()))
+        return {"python_objects": len(gc.get_objects()), "rss": rss,
+                "rss_after_release": process.memory_info().rss}
 
 
 def runner_kind(class_name: str) -> str:

@@ -230,7 +230,7 @@ class VllmServer:
 
     def worker_memory(self) -> dict:
         """The worker's ``WorkerProbe.probe_memory``: live Python objects,
-        resident bytes, resident bytes after ``malloc_trim``."""
+        resident bytes, resident bytes after the allocator's release (``rss_after_release``)."""
         (memory,) = self.worker("probe_memory")
         return memory
 

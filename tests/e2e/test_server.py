@@ -144,6 +144,9 @@ class TestEmbedServer:
     def test_runner_and_models(self, embed_server):
         server, _ = embed_server
         assert_mrv2(server)
+        # the CPU wheel's bundled tcmalloc, preloaded by the platform (revision 10)
+        ((lib,),) = server.worker("probe_tcmalloc")
+        assert lib.endswith("/vllm/libs/libtcmalloc_minimal.so.4")
         models = requests.get(server.url("/v1/models"), timeout=30).json()
         assert [(m["id"], m["object"], m["max_model_len"]) for m in models["data"]] == \
             [(str(minilm_path()), "model", 256)]

@@ -341,7 +341,7 @@ def test_lint_checks_applied_upstream(patches_dir):
 # --- the real releases after the base -----------------------------------------------------
 
 # Status of every patch of the series on every release after 0.26.0 up to the
-# latest (as of 2026-11-30, series revision 8), determined by running make
+# latest (as of 2026-11-30, series revision 10), determined by running make
 # drift and reading each failing hunk against the release's sources:
 # - 0001: applies until 0.30.0; from 0.31.0 CPUModelRunner._postprocess_triton,
 #   which its second hunk changes, is gone, while its HAS_TRITON hunk still
@@ -351,7 +351,7 @@ def test_lint_checks_applied_upstream(patches_dir):
 # - 0003, 0004: Applied-Upstream 0.27.0 (PR 50574; upstream 0.27.1's own
 #   tests of it pass against our tree, ours pass on every unpatched release):
 #   upstream, so not applied, on every release.
-# - 0005, 0014, 0015, 0019, 0032, 0037: the code they change is unchanged upstream:
+# - 0005, 0014, 0015, 0019, 0032, 0037, 0041: the code they change is unchanged upstream:
 #   apply.
 # - 0006, 0010, 0013, 0016, 0017, 0018, 0022, 0023, 0033, 0035, 0036, 0040: their
 #   context (MRV2's model runner and states, the pooling entrypoints and
@@ -408,6 +408,7 @@ EXPECTED = {
     "0036-cpu-encoder-only-attention-cache.patch": [C, C, C, C, C, C, C, C],
     "0037-cpu-onednn-primitive-cache-bounded.patch": [A, A, A, A, A, A, A, A],
     "0040-mrv2-encoder-only-cudagraph-support.patch": [C, C, C, C, C, C, C, C],
+    "0041-cpu-preload-tcmalloc-only-where-it-starts.patch": [A, A, A, A, A, A, A, A],
 }
 
 

