@@ -78,12 +78,16 @@ class Artifact:
 class DebianPackage:
     """One pinned Debian binary package whose files a flavor's wheel bundles
     under ``vllm/libs/`` (``[bundled.<flavor>.<name>]`` in ``base.toml``;
-    ``scripts.series.bundled``): ``files`` maps a name in ``vllm/libs/`` to a
+    ``scripts.series.bundled``): ``architecture`` is Debian's (``amd64``),
+    ``pool`` the package's directory in Debian's archive
+    (``main/g/google-perftools``), ``files`` maps a name in ``vllm/libs/`` to a
     regular file of the package's data archive (``usr/lib/...``)."""
 
     name: str
     package: str
     version: str
+    architecture: str
+    pool: str
     filename: str
     sha256: str
     files: dict[str, str]
@@ -145,7 +149,8 @@ def load_base(path: Path = BASE_FILE) -> Base:
         for flavor, a in data["artifacts"].items()
     }
     series = data["series"]
-    bundled = {flavor: [DebianPackage(name, p["package"], p["version"], p["filename"], p["sha256"], dict(p["files"]))
+    bundled = {flavor: [DebianPackage(name, p["package"], p["version"], p["architecture"], p["pool"],
+                                          p["filename"], p["sha256"], dict(p["files"]))
                         for name, p in sorted(table.items())]
                for flavor, table in data.get("bundled", {}).items()}
     return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled)

@@ -24,6 +24,9 @@ from pathlib import Path
 
 from scripts.series.base import ArtifactMissing, Base, BaseError, DebianPackage, cache_dir, verify_digest
 
+# Debian's package archive; a package's file is at <pool>/<DebianPackage.pool>/<filename>.
+DEBIAN_POOL = "https://deb.debian.org/debian/pool"
+
 
 def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
     """The verified path of ``pkg``'s ``.deb`` in the cache, downloaded with
@@ -34,16 +37,17 @@ def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
     digest; either way nothing is left in the cache."""
     cache = cache or cache_dir()
     dest = cache / pkg.filename
-    hint = f"The file is not the pinned {pkg.package} {pkg.version} (patches/base.toml); nothing was kept."
+    pinned = f"the pinned {pkg.package} {pkg.version} (patches/base.toml)"
     if dest.exists():
-        verify_digest(dest, pkg.sha256, pkg.filename, f"Delete {dest} and fetch again. " + hint)
+        verify_digest(dest, pkg.sha256, pkg.filename, f"The cached file is not {pinned}. Delete it and fetch again.")
         return dest
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
         what = f"{pkg.filename} ({pkg.package}={pkg.version}, whose {', '.join(sorted(pkg.files))} the wheel bundles)"
-        by_hand = f"put the file into {cache} yourself (its sha256 is checked)"
+        by_hand = (f"download it from Debian's archive ({DEBIAN_POOL}/{pkg.pool}/{pkg.filename}) into "
+                   f"{cache} yourself (its sha256 is checked)")
         try:
-            proc = subprocess.run(["apt-get", "download", f"{pkg.package}={pkg.version}"], cwd=tmp,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.run(["apt-get", "download", f"{pkg.package}:{pkg.architecture}={pkg.version}"],
+                                  cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         except FileNotFoundError:
             raise ArtifactMissing(
                 f"apt-get is not installed: it fetches {what}.\nFix: fetch on a Debian or Ubuntu "
@@ -53,10 +57,10 @@ def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
         if proc.returncode != 0 or not got.is_file():
             raise ArtifactMissing(
                 f"apt-get did not fetch {what}; exit {proc.returncode}.\napt-get said:\n{proc.stdout[-2000:]}\n"
-                f"Fix: run `apt-get update` (as root) so apt knows Debian's {pkg.package} {pkg.version}, or "
-                f"{by_hand}."
+                f"Fix: on Debian bookworm, run `apt-get update` (as root) so apt knows {pkg.package} "
+                f"{pkg.version}; elsewhere {by_hand}."
             )
-        verify_digest(got, pkg.sha256, pkg.filename, hint)
+        verify_digest(got, pkg.sha256, pkg.filename, f"The file apt-get fetched is not {pinned}; nothing was kept.")
         os.replace(got, dest)
     return dest
 
@@ -74,7 +78,8 @@ def deb_files(pkg: DebianPackage, deb: Path) -> dict[str, bytes]:
             "on a Debian or Ubuntu machine."
         ) from None
     if proc.returncode != 0:
-        raise BaseError(f"dpkg-deb could not read {deb}: {proc.stderr.decode(errors='replace')[-1000:]}")
+        raise BaseError(f"dpkg-deb could not read {deb}: {proc.stderr.decode(errors='replace')[-1000:]}\n"
+                        f"Fix: delete {deb} and fetch again (make fetch).")
     out = {}
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         for target, member in pkg.files.items():
@@ -82,6 +87,9 @@ def deb_files(pkg: DebianPackage, deb: Path) -> dict[str, bytes]:
                 info = tar.getmember(f"./{member}")
             except KeyError:
                 raise BaseError(f"{deb.name} has no {member} (patches/base.toml, bundled.{pkg.name})") from None
+            if not info.isfile():
+                raise BaseError(f"{deb.name}: {member} is not a regular file (a link?); name the file it points "
+                                f"to in patches/base.toml, bundled.{pkg.name}.files")
             out[target] = tar.extractfile(info).read()
     return out
 

@@ -67,7 +67,8 @@ class VllmServer:
     ``VLLM_USE_V2_MODEL_RUNNER`` as ``scripts.validation.engine.select_runner`` does.
     ``args``: more ``vllm serve`` options. ``executable``: the ``vllm`` script
     to run (default: this environment's). ``env``: the environment (default:
-    ``os.environ``), to which the runner choice, ``HF_HUB_OFFLINE=1`` and,
+    ``os.environ`` without ``LD_PRELOAD``, which an engine opened in this
+    process has set), to which the runner choice, ``HF_HUB_OFFLINE=1`` and,
     with ``probe``, ``VLLM_SERVER_DEV_MODE=1`` are added; ``probe`` also adds
     ``--worker-extension-cls scripts.validation.engine.WorkerProbe`` (``scripts`` must be
     importable in the worker: the repository on ``PYTHONPATH``).
@@ -88,6 +89,10 @@ class VllmServer:
         self.log = Path(log or LOGS / f"server-{self.name}.log")
         self.start_timeout = start_timeout
         self.env = dict(os.environ if env is None else env)
+        if env is None:
+            # what vLLM's CPU platform wrote into this process's environment when
+            # an engine opened here (tcmalloc, libgomp): the server's own platform decides
+            self.env.pop("LD_PRELOAD", None)
         self.env.setdefault("HF_HUB_OFFLINE", "1")
         # its log lines go to its own log (not to a quiet job's, scripts.common.quiet)
         self.env.pop("VLLM_LOGGING_CONFIG_PATH", None)

@@ -19,7 +19,6 @@ from scripts.validation.references import st_embed
 pytestmark = pytest.mark.e2e
 
 
-
 def bundled() -> Path:
     """The tcmalloc of the ``vllm`` package this process imports."""
     import vllm
@@ -27,7 +26,9 @@ def bundled() -> Path:
     return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
 
 
-def test_engine_worker_runs_with_the_bundled_tcmalloc():
+def test_engine_worker_runs_with_the_bundled_tcmalloc(monkeypatch):
+    # an engine opened earlier in this process left its LD_PRELOAD here: the platform must write it
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
     sentences = sts_test().sentences[:64]
     with vllm_runner(minilm_path(), "v2") as llm:
         (maps,) = llm.collective_rpc(mapped_tcmalloc)

@@ -46,9 +46,26 @@ def test_checksum_mismatch_keeps_nothing(tmp_path):
 
 def test_a_version_apt_does_not_know_is_named_with_the_fix(tmp_path):
     pkg = dataclasses.replace(tcmalloc(), version="0.0-0", filename="libtcmalloc-minimal4_0.0-0_amd64.deb")
-    with pytest.raises(ArtifactMissing, match=r"(?s)libtcmalloc-minimal4=0\.0-0.*Fix: run `apt-get update`"):
+    with pytest.raises(ArtifactMissing, match=r"(?s)libtcmalloc-minimal4=0\.0-0.*Fix: on Debian bookworm, run "
+                       r"`apt-get update`"):
         fetch_deb(pkg, cache=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_corrupt_cached_file_is_named_with_the_fix(tmp_path):
+    cached = tmp_path / tcmalloc().filename
+    cached.write_bytes(b"not the package")
+    with pytest.raises(ChecksumMismatch, match=r"(?s)sha256 mismatch for libtcmalloc-minimal4_2\.10-1_amd64\.deb.*"
+                       r"The cached file is not the pinned libtcmalloc-minimal4 2\.10-1 \(patches/base\.toml\)\. "
+                       r"Delete it and fetch again\.$"):
+        fetch_deb(tcmalloc(), cache=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [cached.name]  # the user's file, as the message says
+
+
+def test_a_link_member_is_named():
+    pkg = dataclasses.replace(tcmalloc(), files={"libtcmalloc_minimal.so.4": "usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"})
+    with pytest.raises(BaseError, match=r"libtcmalloc_minimal\.so\.4 is not a regular file \(a link\?\)"):
+        deb_files(pkg, fetch_deb(pkg))
 
 
 def test_a_member_the_package_lacks_is_named():
@@ -63,7 +80,8 @@ def test_a_machine_without_apt_get_is_told_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
     with pytest.raises(ArtifactMissing, match=r"(?s)^apt-get is not installed: it fetches "
                        r"libtcmalloc-minimal4_2\.10-1_amd64\.deb .*Fix: fetch on a Debian or Ubuntu machine, "
-                       rf"or put the file into {cache} yourself"):
+                       r"or download it from Debian's archive \(https://deb\.debian\.org/debian/pool/main/g/"
+                       rf"google-perftools/libtcmalloc-minimal4_2\.10-1_amd64\.deb\) into {cache} yourself"):
         fetch_deb(tcmalloc(), cache=cache)
     assert list(cache.iterdir()) == []
 

@@ -6,7 +6,8 @@ A preloaded library whose needs the system cannot meet stops every process
 that inherits ``LD_PRELOAD`` before it runs, the engine's included: Debian
 bookworm's tcmalloc needs the symbol version ``GLIBC_2.29`` (``log2``), and
 the wheel is tagged ``manylinux_2_28``. The libraries below are built here
-with gcc to fail the way that one fails on a glibc 2.28 system."""
+with gcc to fail the way that one fails on a glibc 2.28 system. An
+``LD_PRELOAD`` that names another allocator is the user's choice and kept."""
 
 from __future__ import annotations
 
@@ -83,8 +84,35 @@ def test_engine_config_preloads_the_bundled_tcmalloc():
         assert os.environ["LD_PRELOAD"].split(":")[0] == str(bundled_tcmalloc())
 
 
+def test_a_library_the_loader_cannot_open_is_named(tmp_path):
+    from vllm.platforms.cpu import preload_error
+
+    (tmp_path / "libnot-elf.so").write_text("not a shared object\n" * 64)
+    assert preload_error(str(tmp_path / "libnot-elf.so")) == (
+        f"ERROR: ld.so: object '{tmp_path / 'libnot-elf.so'}' from LD_PRELOAD cannot be preloaded "
+        "(invalid ELF header): ignored.")
+
+
+def test_loader_debug_output_is_not_the_librarys_error(tmp_path, monkeypatch):
+    """``LD_DEBUG`` makes every child write to stderr: the library still starts."""
+    from vllm.platforms.cpu import preload_error
+
+    copy = tmp_path / "libtcmalloc_minimal.so.4"  # a path the process has not checked yet
+    copy.write_bytes(bundled_tcmalloc().read_bytes())
+    monkeypatch.setenv("LD_DEBUG", "statistics")
+    assert preload_error(str(copy)) is None
+
+
+def test_without_an_interpreter_nothing_is_preloaded(tmp_path, monkeypatch):
+    from vllm.platforms.cpu import preload_error
+
+    monkeypatch.setattr(sys, "executable", "")
+    assert preload_error(str(tmp_path / "libtcmalloc_minimal.so.4")) == \
+        "no interpreter to start a child process with (sys.executable is empty)"
+
+
 def test_engine_config_leaves_out_a_tcmalloc_that_cannot_start():
-    error = "python: libc.so.6: version `GLIBC_2.29' not found (required by libtcmalloc_minimal.so.4)"
+    error = "python: /lib/x86_64-linux-gnu/libm.so.6: version `GLIBC_2.29' not found (required by libtcmalloc_minimal.so.4)"
     with mock.patch.dict(os.environ), \
             mock.patch("vllm.platforms.cpu.preload_error", return_value=error) as check, \
             mock.patch("vllm.platforms.cpu.logger.warning_once") as warn:
@@ -93,5 +121,14 @@ def test_engine_config_leaves_out_a_tcmalloc_that_cannot_start():
         assert "libtcmalloc" not in os.environ.get("LD_PRELOAD", "")
     check.assert_called_with(str(bundled_tcmalloc()))
     (message, lib, said), _ = warn.call_args
-    assert (message.startswith("Not preloading %s: a process cannot start with it"), lib, said) == \
+    assert (message.startswith("Not preloading %s: a process could not be shown to start with it"), lib, said) == \
         (True, str(bundled_tcmalloc()), error)
+
+
+@pytest.mark.parametrize("allocator", ["/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                                       "/opt/mimalloc/lib/libmimalloc.so.2"])
+def test_engine_config_keeps_the_allocator_a_user_preloads(allocator):
+    with mock.patch.dict(os.environ, {"LD_PRELOAD": allocator}):
+        minilm_engine_config()
+        assert os.environ["LD_PRELOAD"].split(":")[0] == allocator
+        assert "libtcmalloc" not in os.environ["LD_PRELOAD"]
