@@ -30,11 +30,13 @@ DEBIAN_POOL = "https://deb.debian.org/debian/pool"
 
 def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
     """The verified path of ``pkg``'s ``.deb`` in the cache, downloaded with
-    ``apt-get download <package>=<version>`` into a temporary directory inside
-    the cache when it is not there yet, verified, then moved into place.
-    Raises ``ArtifactMissing`` when apt-get is not installed or cannot fetch
-    it (with apt's output and the fix) and ``ChecksumMismatch`` for another
-    digest; either way nothing is left in the cache."""
+    ``apt-get download <package>:<architecture>=<version>`` into a temporary
+    directory inside the cache when it is not there yet, verified, then moved
+    into place. Raises ``ArtifactMissing`` when apt-get is not installed or
+    cannot fetch it (with apt's output and the fix) and ``ChecksumMismatch``
+    for a downloaded file with another digest (nothing is left in the cache)
+    or a cached one (named, left for the user to delete, as the message
+    says)."""
     cache = cache or cache_dir()
     dest = cache / pkg.filename
     pinned = f"the pinned {pkg.package} {pkg.version} (patches/base.toml)"

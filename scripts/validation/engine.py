@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -255,6 +256,14 @@ def sts_spearman(first: np.ndarray, second: np.ndarray, gold: list[float]) -> fl
     from scipy.stats import spearmanr
 
     return float(spearmanr(rowwise_cosine(first, second), gold).statistic)
+
+
+def bundled_tcmalloc() -> Path:
+    """The tcmalloc the CPU wheel bundles (revision 10), in the ``vllm``
+    package this process imports: ``<vllm>/libs/libtcmalloc_minimal.so.4``."""
+    import vllm
+
+    return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
 
 
 def mapped_tcmalloc(worker=None) -> list[str]:

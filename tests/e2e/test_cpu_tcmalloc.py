@@ -8,22 +8,13 @@ STS-B sentences, MRV2 side by side with and without it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from scripts.validation.engine import embed, mapped_tcmalloc, rowwise_cosine, vllm_runner
+from scripts.validation.engine import bundled_tcmalloc, embed, mapped_tcmalloc, rowwise_cosine, vllm_runner
 from scripts.validation.models import minilm_path, sts_test
 from scripts.validation.references import st_embed
 
 pytestmark = pytest.mark.e2e
-
-
-def bundled() -> Path:
-    """The tcmalloc of the ``vllm`` package this process imports."""
-    import vllm
-
-    return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
 
 
 def test_engine_worker_runs_with_the_bundled_tcmalloc(monkeypatch):
@@ -33,6 +24,6 @@ def test_engine_worker_runs_with_the_bundled_tcmalloc(monkeypatch):
     with vllm_runner(minilm_path(), "v2") as llm:
         (maps,) = llm.collective_rpc(mapped_tcmalloc)
         got, _ = embed(llm, sentences)
-    assert maps == [str(bundled())]
+    assert maps == [str(bundled_tcmalloc())]
     want = st_embed(minilm_path(), sentences)
     assert rowwise_cosine(got, want).min() > 0.99999

@@ -19,14 +19,8 @@ from unittest import mock
 
 import pytest
 
+from scripts.validation.engine import bundled_tcmalloc
 from tests.unit.stand_ins import minilm_engine_config
-
-
-def bundled_tcmalloc() -> Path:
-    """The tcmalloc of the ``vllm`` package this process imports."""
-    import vllm
-
-    return Path(vllm.__file__).parent / "libs" / "libtcmalloc_minimal.so.4"
 
 
 def gcc(*args: str) -> None:
