@@ -134,3 +134,75 @@ def st_model(model_dir, threads: int | None):
     if threads:
         torch.set_num_threads(threads)
     return SentenceTransformer(str(model_dir), device="cpu")
+
+
+class EngineSystem:
+    """Engine configuration ``name`` (an ``ENGINES`` key) as a measured system
+    of its own (``scripts.bench.host``): the ``LLM`` front end lives in the
+    host process, so vLLM's front end, engine core and worker are all this
+    system's processes. Opened with ``engine`` (``llm_kwargs`` go to ``LLM``);
+    the host's environment carries the configuration's
+    ``TRITON_INTERPRET`` (decided when vLLM is imported) and the thread
+    binding (``VLLM_CPU_OMP_THREADS_BIND``), set by the bench.
+
+    Operations (``op_*``): ``embed``, ``token_embed`` and ``score`` (one
+    query, documents) run the ``LLM``; ``matmul_rate`` and the
+    late-interaction counters run in the worker (``collective_rpc``)."""
+
+    def __init__(self, name: str, model: str, llm_kwargs: dict | None = None):
+        self._stack = ExitStack()
+        self.llm, self._info = self._stack.enter_context(engine(name, model, **(llm_kwargs or {})))
+
+    def info(self) -> dict:
+        """What the worker reports (``engine``), and the vLLM that ran: its
+        version, where it was imported from, the interpreter."""
+        import sys
+
+        import vllm
+
+        return {**self._info, "vllm": vllm.__version__, "vllm_path": os.path.dirname(vllm.__file__),
+                "python": sys.executable}
+
+    def op_embed(self, items: list[str], return_embeddings: bool = False):
+        """``LLM.embed`` of ``items``: ``{"n": count, "dim": d}``, and the
+        [n, d] float32 embeddings when ``return_embeddings``."""
+        import numpy as np
+
+        outputs = self.llm.embed(items, use_tqdm=False)
+        if not return_embeddings:
+            return {"n": len(outputs), "dim": len(outputs[0].outputs.embedding) if outputs else 0}
+        out = np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
+        return {"n": len(outputs), "dim": int(out.shape[1])}, out
+
+    def op_token_embed(self, items: list[str]):
+        """``LLM.encode(pooling_task="token_embed")`` of ``items``:
+        ``{"n": count}``."""
+        outputs = self.llm.encode(items, pooling_task="token_embed", use_tqdm=False)
+        return {"n": len(outputs)}
+
+    def op_score(self, query: str, docs: list[str]):
+        """``LLM.score`` of one query against ``docs``: ``{"n": documents}``."""
+        return {"n": len(self.llm.score(query, docs, use_tqdm=False))}
+
+    def op_matmul_rate(self) -> dict:
+        """``scripts.bench.machine.matmul_rate`` in the worker (its threads)."""
+        from scripts.bench.machine import matmul_rate
+
+        return self.llm.collective_rpc(matmul_rate)[0]
+
+    def op_count_late_interaction_requests(self) -> None:
+        """Start counting late-interaction requests in the worker."""
+        from scripts.validation.engine import count_late_interaction_requests
+
+        self.llm.collective_rpc(count_late_interaction_requests)
+
+    def op_late_interaction_counts(self) -> dict:
+        """The worker's late-interaction request counts by mode."""
+        from scripts.validation.engine import late_interaction_counts
+
+        (counts,) = {json.dumps(c, sort_keys=True) for c in self.llm.collective_rpc(late_interaction_counts)}
+        return json.loads(counts)
+
+    def close(self) -> None:
+        """Shut the engine down (``close_llm``)."""
+        self._stack.close()
