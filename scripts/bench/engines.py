@@ -1,8 +1,9 @@
-"""The systems the benchmarks measure: the engine configurations (``ENGINES``),
-opened, probed and closed through one context manager (``engine``; several at
-once: ``open_engines``), and sentence-transformers on the same weights
-(``st_model``); the environment of the process that measures them
-(``bench_environ``).
+"""vLLM's engine configurations the benchmarks measure (``ENGINES``), opened,
+probed and closed through one context manager (``engine``), and as a
+measured system in a process of its own (``EngineSystem``, for
+``scripts.bench.host``); sentence-transformers on the same weights in the
+profiler's process (``st_model``); the environment of the process that
+measures them (``bench_environ``).
 
 Engines open through ``scripts.validation.engine.vllm_runner`` with
 ``check=False``: where the tests assert the runner, the benchmarks measure a
@@ -103,25 +104,6 @@ def engine(name: str, model, **kwargs) -> Iterator[tuple[object, dict]]:
             info["runner_as_requested"] = info["runner"] == spec["want"] and (
                 spec["want"] != "MRV2" or info["triton_via_interpreter"] == spec["triton_interpret"])
             yield llm, info
-
-
-@contextmanager
-def open_engines(names, model, **kwargs) -> Iterator[tuple[dict, dict]]:
-    """Several configurations (``engine``) open at once for the block, all
-    closed after it. Yields ``(llms, infos)``: name -> ``LLM`` and name ->
-    what ran; a configuration that fails to open is recorded in ``infos``
-    (``{"error": "Type: message", "requested": ...}``), printed, and left out
-    of ``llms``."""
-    llms, infos = {}, {}
-    with ExitStack() as stack:
-        for name in names:
-            print(f"  opening {name} on {os.path.basename(str(model))}", flush=True)
-            try:
-                llms[name], infos[name] = stack.enter_context(engine(name, model, **kwargs))
-            except Exception as e:  # noqa: BLE001 - the other engines still run
-                infos[name] = {"error": f"{type(e).__name__}: {e}", "requested": ENGINES[name]["want"]}
-                print(f"  {name} failed to open: {infos[name]['error']}", flush=True)
-        yield llms, infos
 
 
 def st_model(model_dir, threads: int | None):

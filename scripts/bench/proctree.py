@@ -24,10 +24,19 @@ peaks need not coincide.
 
 from __future__ import annotations
 
-from scripts.bench.memory import vm_hwm_mib
-
 # process titles vLLM gives its processes (setproctitle) -> the labels of the report
 TITLES = {"VLLM::EngineCore": "engine core", "VLLM::Worker": "worker", "VLLM::APIServer": "api server"}
+
+
+def vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """Peak resident set size (``VmHWM`` of ``/proc/PID/status``) in MiB,
+    None where it cannot be read (the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+        return kib / 1024
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def tree(pid: int) -> list:
