@@ -87,7 +87,7 @@ def _describe(name: str, info: dict) -> str:
         else:
             how += ", Triton"
     how += (f"; TRITON_INTERPRET={info.get('triton_interpret_env') or 'unset'}; {info.get('torch_threads')} worker "
-            f"thread(s); vLLM {info.get('vllm', '?')}")
+            f"thread(s); vLLM {info.get('vllm', '?')} from {info.get('vllm_path', '?')}")
     mark = "" if info.get("runner_as_requested", True) else f" (* {info['requested']} requested, {info['runner']} ran)"
     return f"{name}: {how}{mark}"
 

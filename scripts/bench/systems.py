@@ -49,8 +49,9 @@ class Spec:
     ``bin/python``; default the bench's); ``env``: variables set (``str``)
     or removed (``None``) on top of the bench's environment;
     ``pythonpath``: the host's ``PYTHONPATH`` (default the repository, which
-    holds ``scripts`` and the in-tree ``vllm/``); ``root_label``: the report's
-    name for the host process (``front end`` for an engine)."""
+    holds ``scripts`` and the in-tree ``vllm/``), also the host's working
+    directory; ``root_label``: the report's name for the host process
+    (``front end`` for an engine)."""
 
     factory: str
     args: dict = field(default_factory=dict)
@@ -88,8 +89,10 @@ class System:
                 env[k] = str(v)
         cmd = [self.spec.python, "-m", "scripts.bench.host", "--in", str(to_host_r), "--out", str(from_host_w)]
         try:
-            self.proc = subprocess.Popen(cmd, env=env, pass_fds=(to_host_r, from_host_w), cwd=REPO,
-                                         stdin=subprocess.DEVNULL)
+            # run in the PYTHONPATH's directory: ``-m`` puts the working directory first on
+            # sys.path, so a line's host started in the repository would import its vllm/
+            self.proc = subprocess.Popen(cmd, env=env, pass_fds=(to_host_r, from_host_w),
+                                         cwd=self.spec.pythonpath, stdin=subprocess.DEVNULL)
         finally:
             os.close(to_host_r)
             os.close(from_host_w)

@@ -218,6 +218,29 @@ def test_mrv2_line_names_the_fastest_peer_of_each_metric():
         "sentences per CPU-second 0.65 (fastest peer: ONNX Runtime, 79.1; MRV2 51.1)")
 
 
+PATH_PROBE = """
+import os, sys
+
+
+class PathProbe:
+    def info(self):
+        return {"sys_path": [os.path.abspath(p or os.getcwd()) for p in sys.path]}
+"""
+
+
+def test_a_host_imports_only_from_its_pythonpath(tmp_path):
+    # a line's host gets only scripts/ on its path, so that vllm comes from the line's venv,
+    # not from the repository's generated vllm/ (python -m puts the working directory first)
+    (tmp_path / "scripts").symlink_to(REPO / "scripts")
+    (tmp_path / "pathprobe.py").write_text(PATH_PROBE)
+    system = System("probe", Spec("pathprobe:PathProbe", pythonpath=str(tmp_path))).start()
+    try:
+        assert str(REPO) not in system.info["sys_path"]
+        assert system.info["sys_path"][0] == str(tmp_path)
+    finally:
+        system.close()
+
+
 def test_a_line_whose_venv_does_not_exist_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not exist .make that line's venv first."):
         parse_line(f"0.32.0={tmp_path / '.venv-0.32.0'}")
