@@ -25,7 +25,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench matrix drift test test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -43,9 +43,11 @@ help:
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
 	@echo "                  CUDA graphs and V1 against transformers (reports/gpu-smoke.*); without a GPU it"
 	@echo "                  stops at once: exit status 77 (skipped), which make reports as Error 77"
-	@echo "make bench        V1, MRV2 (interpreter, native) and sentence-transformers side by side: throughput and"
-	@echo "                  memory, ColBERT scaling, pooling overhead, vllm serve under load (reports/bench.*;"
+	@echo "make bench        V1, MRV2 (interpreter, native), sentence-transformers, ONNX Runtime and OpenVINO side by"
+	@echo "                  side, each in its own process: throughput, CPU-s and peak RSS of all processes, ColBERT"
+	@echo "                  scaling, pooling overhead, vllm serve and infinity-emb under load (reports/bench.*;"
 	@echo "                  BENCH_ARGS=--quick for a short run; docs/benchmarks.md)"
+	@echo "make bench-env    the bench's own venvs: $(BENCH_VENV) (the peers) and $(INFINITY_VENV) (infinity-emb)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
@@ -132,10 +134,29 @@ gpu-smoke:
 	cd .build/gpu-smoke && PYTHONPATH=$(CURDIR)/.build/gpu-smoke \
 		$(CURDIR)/$(GPU_VENV)/bin/python -m scripts.validation.gpu_smoke --out $(GPU_SMOKE_OUT) $(GPU_SMOKE_ARGS)
 
-# BENCH_ARGS: options of scripts/bench/cli.py (--quick, --reps N, --limit N, --sections ...).
+# BENCH_ARGS: options of scripts/bench/cli.py (--quick, --reps N, --limit N, --sections ...,
+# --threads 1,all, --line NAME=VENV ...). The bench's own environments (bench-env), each from
+# its pinned requirements file: the peers ONNX Runtime and OpenVINO with optimum's exporters
+# (BENCH_VENV), and infinity-emb for the serve section (INFINITY_VENV); their transformers,
+# optimum, numpy and sentence-transformers versions differ from vLLM's.
 BENCH_ARGS ?=
-bench: install apply
-	$(PY) -m scripts.bench $(BENCH_ARGS)
+BENCH_VENV ?= .venv-bench
+INFINITY_VENV ?= .venv-infinity
+$(BENCH_VENV)/.installed: requirements/bench-peers.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --progress-bar off -r requirements/bench-peers.txt
+	touch $@
+
+$(INFINITY_VENV)/.installed: requirements/bench-infinity.txt
+	test -x $(INFINITY_VENV)/bin/python || $(PYTHON) -m venv $(INFINITY_VENV)
+	$(INFINITY_VENV)/bin/python -m pip install --progress-bar off -r requirements/bench-infinity.txt
+	touch $@
+
+bench-env: $(BENCH_VENV)/.installed $(INFINITY_VENV)/.installed
+
+bench: install apply bench-env
+	$(PY) -m scripts.bench --peers-python $(BENCH_VENV)/bin/python \
+		--infinity $(INFINITY_VENV)/bin/infinity_emb $(BENCH_ARGS)
 
 # The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
 # (python -m scripts.validation.matrix --list).

@@ -1,8 +1,9 @@
-"""The systems the benchmarks measure: the engine configurations (``ENGINES``),
-opened, probed and closed through one context manager (``engine``; several at
-once: ``open_engines``), and sentence-transformers on the same weights
-(``st_model``); the environment of the process that measures them
-(``bench_environ``).
+"""vLLM's engine configurations the benchmarks measure (``ENGINES``), opened,
+probed and closed through one context manager (``engine``), and as a
+measured system in a process of its own (``EngineSystem``, for
+``scripts.bench.host``); sentence-transformers on the same weights in the
+profiler's process (``st_model``); the environment of the process that
+measures them (``bench_environ``).
 
 Engines open through ``scripts.validation.engine.vllm_runner`` with
 ``check=False``: where the tests assert the runner, the benchmarks measure a
@@ -105,25 +106,6 @@ def engine(name: str, model, **kwargs) -> Iterator[tuple[object, dict]]:
             yield llm, info
 
 
-@contextmanager
-def open_engines(names, model, **kwargs) -> Iterator[tuple[dict, dict]]:
-    """Several configurations (``engine``) open at once for the block, all
-    closed after it. Yields ``(llms, infos)``: name -> ``LLM`` and name ->
-    what ran; a configuration that fails to open is recorded in ``infos``
-    (``{"error": "Type: message", "requested": ...}``), printed, and left out
-    of ``llms``."""
-    llms, infos = {}, {}
-    with ExitStack() as stack:
-        for name in names:
-            print(f"  opening {name} on {os.path.basename(str(model))}", flush=True)
-            try:
-                llms[name], infos[name] = stack.enter_context(engine(name, model, **kwargs))
-            except Exception as e:  # noqa: BLE001 - the other engines still run
-                infos[name] = {"error": f"{type(e).__name__}: {e}", "requested": ENGINES[name]["want"]}
-                print(f"  {name} failed to open: {infos[name]['error']}", flush=True)
-        yield llms, infos
-
-
 def st_model(model_dir, threads: int | None):
     """A ``SentenceTransformer`` for ``model_dir`` on the CPU (fp32), with
     this process's torch threads set to ``threads`` when given: the engines'
@@ -134,3 +116,75 @@ def st_model(model_dir, threads: int | None):
     if threads:
         torch.set_num_threads(threads)
     return SentenceTransformer(str(model_dir), device="cpu")
+
+
+class EngineSystem:
+    """Engine configuration ``name`` (an ``ENGINES`` key) as a measured system
+    of its own (``scripts.bench.host``): the ``LLM`` front end lives in the
+    host process, so vLLM's front end, engine core and worker are all this
+    system's processes. Opened with ``engine`` (``llm_kwargs`` go to ``LLM``);
+    the host's environment carries the configuration's
+    ``TRITON_INTERPRET`` (decided when vLLM is imported) and the thread
+    binding (``VLLM_CPU_OMP_THREADS_BIND``), set by the bench.
+
+    Operations (``op_*``): ``embed``, ``token_embed`` and ``score`` (one
+    query, documents) run the ``LLM``; ``matmul_rate`` and the
+    late-interaction counters run in the worker (``collective_rpc``)."""
+
+    def __init__(self, name: str, model: str, llm_kwargs: dict | None = None):
+        self._stack = ExitStack()
+        self.llm, self._info = self._stack.enter_context(engine(name, model, **(llm_kwargs or {})))
+
+    def info(self) -> dict:
+        """What the worker reports (``engine``), and the vLLM that ran: its
+        version, where it was imported from, the interpreter."""
+        import sys
+
+        import vllm
+
+        return {**self._info, "vllm": vllm.__version__, "vllm_path": os.path.dirname(vllm.__file__),
+                "python": sys.executable}
+
+    def op_embed(self, items: list[str], return_embeddings: bool = False):
+        """``LLM.embed`` of ``items``: ``{"n": count, "dim": d}``, and the
+        [n, d] float32 embeddings when ``return_embeddings``."""
+        import numpy as np
+
+        outputs = self.llm.embed(items, use_tqdm=False)
+        if not return_embeddings:
+            return {"n": len(outputs), "dim": len(outputs[0].outputs.embedding) if outputs else 0}
+        out = np.asarray([o.outputs.embedding for o in outputs], dtype=np.float32)
+        return {"n": len(outputs), "dim": int(out.shape[1])}, out
+
+    def op_token_embed(self, items: list[str]):
+        """``LLM.encode(pooling_task="token_embed")`` of ``items``:
+        ``{"n": count}``."""
+        outputs = self.llm.encode(items, pooling_task="token_embed", use_tqdm=False)
+        return {"n": len(outputs)}
+
+    def op_score(self, query: str, docs: list[str]):
+        """``LLM.score`` of one query against ``docs``: ``{"n": documents}``."""
+        return {"n": len(self.llm.score(query, docs, use_tqdm=False))}
+
+    def op_matmul_rate(self) -> dict:
+        """``scripts.bench.machine.matmul_rate`` in the worker (its threads)."""
+        from scripts.bench.machine import matmul_rate
+
+        return self.llm.collective_rpc(matmul_rate)[0]
+
+    def op_count_late_interaction_requests(self) -> None:
+        """Start counting late-interaction requests in the worker."""
+        from scripts.validation.engine import count_late_interaction_requests
+
+        self.llm.collective_rpc(count_late_interaction_requests)
+
+    def op_late_interaction_counts(self) -> dict:
+        """The worker's late-interaction request counts by mode."""
+        from scripts.validation.engine import late_interaction_counts
+
+        (counts,) = {json.dumps(c, sort_keys=True) for c in self.llm.collective_rpc(late_interaction_counts)}
+        return json.loads(counts)
+
+    def close(self) -> None:
+        """Shut the engine down (``close_llm``)."""
+        self._stack.close()

@@ -43,7 +43,7 @@ from scripts.common.paths import REPORTS
 from scripts.common.reports import write_reports
 
 # Pause before each pass of an engine: its shared-memory readers spin for 1 s
-# after their last message (scripts.bench.timing.SETTLE_S).
+# after their last message (scripts.bench.systems.SETTLE_S).
 ENGINE_SETTLE_S = 1.2
 
 

@@ -1,14 +1,17 @@
 """``make bench``, section ``serve``: the OpenAI-compatible server under load.
 
-1. ``serve_load``: all-MiniLM-L6-v2 served twice at once, by vLLM's default
-   runner (MRV2) and by V1 (``VLLM_USE_V2_MODEL_RUNNER=0``), each server's
-   worker asked which runner it built; upstream's own client, ``vllm bench
+1. ``serve_load``: all-MiniLM-L6-v2 served three times at once, by vLLM's
+   default runner (MRV2), by V1 (``VLLM_USE_V2_MODEL_RUNNER=0``), each
+   server's worker asked which runner it built, and by infinity-emb's torch
+   engine (``InfinityServer``, its own venv); upstream's own client, ``vllm bench
    serve --backend openai-embeddings`` (``/v1/embeddings``), sends 2,000
    requests of mixed lengths made of STS-B sentences
    (``scripts.validation.models.mixed_length_texts``, a ``custom`` dataset) from 64
    concurrent clients, as fast as the server takes them. One warm-up run
    each, then ``reps`` rounds alternating the servers (the order rotating);
-   median requests/s and p50/p99 end-to-end latency, and MRV2/V1.
+   median requests/s, p50/p99 end-to-end latency, CPU seconds per 1,000
+   requests and peak RSS of all each server's processes, MRV2/V1 and
+   MRV2/infinity.
 2. ``serve_memory``: a tiny ColBERT server (MRV2), 5,000 late-interaction
    ``/rerank`` requests (1 query, 4 documents each) from 16 clients, 100 of
    them hanging up at a random point of their request; the resident memory
@@ -40,6 +43,7 @@ from pathlib import Path
 
 from scripts.bench.engines import TINY_COLBERT
 from scripts.common.paths import REPO
+from scripts.validation.server import LOGS, ServerError, VllmServer, free_port, vllm_executable
 
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
 MEMORY_REQUESTS, MEMORY_DISCONNECTS, MEMORY_CONCURRENCY, MEMORY_SAMPLE_EVERY = 5000, 100, 16, 500
@@ -66,8 +70,6 @@ def vllm_bench_serve(server, dataset: Path, requests: int, concurrency: int, out
     ``server`` with ``dataset``; return its saved result (``request_throughput``
     in requests/s, ``p50_e2el_ms``/``p99_e2el_ms``, ``completed``, ``failed``...).
     Its output goes to the log (``vllm bench serve`` prints its own table)."""
-    from scripts.validation.server import vllm_executable
-
     cmd = [vllm_executable(), "bench", "serve", "--backend", "openai-embeddings", "--endpoint", "/v1/embeddings",
            "--host", "127.0.0.1", "--port", str(server.port), "--model", server.served_model(),
            "--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len", "1",
@@ -81,29 +83,98 @@ def vllm_bench_serve(server, dataset: Path, requests: int, concurrency: int, out
                                        "completed", "failed", "duration", "total_input_tokens")}
 
 
-def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_REQUESTS,
-               concurrency: int = LOAD_CONCURRENCY) -> dict:
-    """Section 1 (see the module docstring): per server configuration
-    (``mrv2``: vLLM's default runner, ``v1``), the runner its worker built
-    and each round's figures; medians and the MRV2/V1 ratios."""
-    from scripts.validation.models import minilm_path, mixed_length_texts
-    from scripts.validation.server import VllmServer
+class InfinityServer(VllmServer):
+    """infinity-emb's server, ``infinity_emb v2`` with its torch engine on the
+    CPU (fp32, BetterTransformer off: it needs optimum's, which the
+    infinity-emb venv does not have), serving ``model`` under the name of
+    its path (as ``vllm serve`` does, so that ``vllm bench serve --model``
+    names both) at ``/v1/embeddings`` (``--url-prefix /v1``), its other
+    settings infinity's defaults (batch size 32, torch's threads: all
+    cores). Started and stopped as ``scripts.validation.server.VllmServer``
+    (its life cycle is inherited; only the command differs): a process group of its own,
+    output in ``.build/logs/server-<name>.log``, ready when ``GET /health``
+    answers 200. ``executable``: the venv's ``infinity_emb`` script."""
 
+    def __init__(self, executable: str, model, name: str = "bench-serve-infinity", start_timeout: float = 900.0):
+        self.model, self.name, self.port = str(model), name, free_port()
+        self.log = LOGS / f"server-{name}.log"
+        self.start_timeout = start_timeout
+        self.env = {**server_env(), "HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
+        self.env.pop("VLLM_LOGGING_CONFIG_PATH", None)
+        self.cmd = [executable, "v2", "--model-id", self.model, "--served-model-name", self.model, "--engine", "torch",
+                    "--device", "cpu", "--dtype", "float32", "--no-bettertransformer", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--url-prefix", "/v1"]
+        self.proc = None
+        self._log_file = None
+        self._started = 0.0
+        self.startup_seconds = None
+
+    def version(self) -> str:
+        """infinity-emb's version in the server's venv."""
+        out = subprocess.run([str(Path(self.cmd[0]).with_name("python")), "-c",
+                              "from importlib.metadata import version; print(version('infinity_emb'))"],
+                             capture_output=True, text=True, env=self.env)
+        return out.stdout.strip() or "unknown"
+
+
+def _measured_round(server, dataset: Path, requests: int, concurrency: int, out: Path) -> dict:
+    """One ``vllm_bench_serve`` round with the CPU seconds of the server's
+    whole process tree (``scripts.bench.proctree``; read 1.1 s after the
+    client finished, so that polling after the load counts) added:
+    ``cpu_s`` and ``cpu_s_per_1000``."""
+    from scripts.bench import proctree
+    from scripts.bench.systems import SETTLE_S
+
+    before = proctree.cpu_sample(server.proc.pid, "api server")
+    result = vllm_bench_serve(server, dataset, requests, concurrency, out)
+    time.sleep(SETTLE_S)
+    cpu = proctree.cpu_delta(before, proctree.cpu_sample(server.proc.pid, "api server"))
+    result.update(cpu_s=cpu["total"], cpu_by_process=cpu["by_process"],
+                  cpu_s_per_1000=cpu["total"] / max(1, result.get("completed") or requests) * 1000)
+    return result
+
+
+def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_REQUESTS,
+               concurrency: int = LOAD_CONCURRENCY, infinity: str | None = None) -> dict:
+    """Section 1 (see the module docstring): per server (``mrv2``: vLLM's
+    default runner, ``v1``, and ``infinity`` when ``infinity`` names its
+    ``infinity_emb`` script), what ran and each round's figures, with the
+    CPU seconds of the server's processes (``_measured_round``) and their
+    peak RSS at the end (``proctree.peak_rss``); medians, MRV2/V1 and
+    MRV2/infinity. A server that fails to start is recorded
+    (``{"error": ...}``) and left out."""
+    from scripts.bench import proctree
+    from scripts.validation.models import minilm_path, mixed_length_texts
     texts = mixed_length_texts(sentences, requests)
     env = server_env()
     servers = {"mrv2": VllmServer(minilm_path(), name="bench-serve-mrv2", runner="default", env=env),
                "v1": VllmServer(minilm_path(), name="bench-serve-v1", runner="v1", env=env)}
     result = {"model": "all-MiniLM-L6-v2", "requests": requests, "concurrency": concurrency,
               "client": "vllm bench serve --backend openai-embeddings (custom dataset, request rate inf)",
-              "servers": {}, "rounds": {name: [] for name in servers}}
+              "servers": {}, "rounds": {}}
+    if infinity:
+        if Path(infinity).exists():
+            servers["infinity"] = InfinityServer(infinity, minilm_path())
+        else:
+            result["servers"]["infinity"] = {"error": f"{infinity} does not exist: make bench-env"}
     try:
         for s in servers.values():
             s.launch()
-        for name, s in servers.items():
-            s.wait_ready()
+        for name, s in list(servers.items()):
+            try:
+                s.wait_ready()
+            except ServerError as e:
+                result["servers"][name] = {"error": str(e).splitlines()[0], "log": str(s.log)}
+                del servers[name]
+                continue
+            if isinstance(s, InfinityServer):
+                result["servers"][name] = {"runner": f"infinity-emb {s.version()}, torch engine",
+                                           "startup_s": s.startup_seconds, "log": str(s.log)}
+                continue
             result["servers"][name] = {"runner": s.runner(), "startup_s": s.startup_seconds, "log": str(s.log)}
             if result["servers"][name]["runner"] == "MRV2":
                 result["servers"][name]["input_preparation"] = s.input_preparation()
+        result["rounds"] = {name: [] for name in servers}
         with tempfile.TemporaryDirectory() as tmp:
             dataset = write_dataset(Path(tmp) / "sts-mixed.jsonl", texts)
             warm = write_dataset(Path(tmp) / "warm.jsonl", texts[:128])
@@ -115,22 +186,28 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
                     if bar is not None:
                         bar.set_postfix_str(f"serve {name}")
                     result["rounds"][name].append(
-                        vllm_bench_serve(servers[name], dataset, requests, concurrency, Path(tmp) / f"{name}.json"))
+                        _measured_round(servers[name], dataset, requests, concurrency, Path(tmp) / f"{name}.json"))
                     if bar is not None:
                         bar.update(1)
+        for name, s in servers.items():
+            result["servers"][name]["peak_rss"] = proctree.peak_rss(s.proc.pid, "api server")
     finally:
         for s in servers.values():
             s.stop()
     med = {name: {k: statistics.median(r[k] for r in rounds)
-                  for k in ("request_throughput", "p50_e2el_ms", "p99_e2el_ms")}
+                  for k in ("request_throughput", "p50_e2el_ms", "p99_e2el_ms", "cpu_s_per_1000")}
            for name, rounds in result["rounds"].items()}
     for name, rounds in result["rounds"].items():
         med[name]["completed"] = sum(r["completed"] for r in rounds)
         med[name]["failed"] = sum(r.get("failed") or 0 for r in rounds)
     result["median"] = med
-    result["ratios"] = {"mrv2/v1 requests/s": med["mrv2"]["request_throughput"] / med["v1"]["request_throughput"],
-                        "mrv2/v1 p50": med["mrv2"]["p50_e2el_ms"] / med["v1"]["p50_e2el_ms"],
-                        "mrv2/v1 p99": med["mrv2"]["p99_e2el_ms"] / med["v1"]["p99_e2el_ms"]}
+    result["ratios"] = {}
+    for ref in ("v1", "infinity"):
+        if "mrv2" in med and ref in med:
+            result["ratios"].update({
+                f"mrv2/{ref} requests/s": med["mrv2"]["request_throughput"] / med[ref]["request_throughput"],
+                f"mrv2/{ref} p50": med["mrv2"]["p50_e2el_ms"] / med[ref]["p50_e2el_ms"],
+                f"mrv2/{ref} p99": med["mrv2"]["p99_e2el_ms"] / med[ref]["p99_e2el_ms"]})
     return result
 
 
@@ -154,7 +231,6 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     import requests as http
 
     from scripts.validation.models import make_tiny_colbert
-    from scripts.validation.server import VllmServer
 
     model = make_tiny_colbert(TINY_COLBERT)
     rng = random.Random(0)
@@ -218,20 +294,23 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
             "state_clean": state == EMPTY_STATE}
 
 
-def bench_serve(sentences: list[str], reps: int, bar=None, quick: bool = False) -> dict:
+def bench_serve(sentences: list[str], reps: int, bar=None, quick: bool = False, infinity: str | None = None) -> dict:
     """Both parts of the ``serve`` section (``quick``: 256 load requests, 1
-    round, 1,000 memory requests with 20 disconnects)."""
+    round, 1,000 memory requests with 20 disconnects); ``infinity``: the
+    ``infinity_emb`` script of infinity-emb's venv (None: without it)."""
     if quick:
-        return {"load": serve_load(sentences, 1, bar, requests=256),
+        return {"load": serve_load(sentences, 1, bar, requests=256, infinity=infinity),
                 "memory": serve_memory(sentences, bar, requests=1000, disconnects=20, sample_every=250)}
-    return {"load": serve_load(sentences, reps, bar), "memory": serve_memory(sentences, bar)}
+    return {"load": serve_load(sentences, reps, bar, infinity=infinity), "memory": serve_memory(sentences, bar)}
 
 
-def bar_steps(reps: int, quick: bool) -> int:
-    """Progress-bar steps of ``bench_serve``: the load rounds plus the memory batches."""
+def bar_steps(reps: int, quick: bool, infinity: bool = False) -> int:
+    """Progress-bar steps of ``bench_serve``: the load rounds (2 or 3
+    servers) plus the memory batches."""
+    servers = 3 if infinity else 2
     if quick:
-        return 2 * 1 + 1000 // 250
-    return 2 * reps + MEMORY_REQUESTS // MEMORY_SAMPLE_EVERY
+        return servers * 1 + 1000 // 250
+    return servers * reps + MEMORY_REQUESTS // MEMORY_SAMPLE_EVERY
 
 
 def summary_lines(sec: dict) -> list[str]:
@@ -240,18 +319,25 @@ def summary_lines(sec: dict) -> list[str]:
     load = sec.get("load")
     if load:
         med = load["median"]
+        servers = load["servers"]
         runners = {n: s["runner"] + (f", {s['input_preparation']}" if "input_preparation" in s else "")
-                   for n, s in load["servers"].items()}
+                   for n, s in servers.items() if "runner" in s}
         rows = [f"| {n} ({runners[n]}) | {m['request_throughput']:.1f} | {m['p50_e2el_ms']:.0f} | "
-                f"{m['p99_e2el_ms']:.0f} | {m['completed']} | {m['failed']} |" for n, m in med.items()]
+                f"{m['p99_e2el_ms']:.0f} | {m['cpu_s_per_1000']:.1f} | "
+                f"{servers[n].get('peak_rss', {}).get('total_mib', 0):,.0f} | {m['completed']} | {m['failed']} |"
+                for n, m in med.items()]
+        rows += [f"| {n} | not measured: {s['error'][:160]} | | | | | | |" for n, s in servers.items() if "error" in s]
         r = load["ratios"]
+        rounds = len(next(iter(load["rounds"].values()), []))
         out += ["", f"server load: {load['requests']} /v1/embeddings requests of mixed lengths (STS-B), "
-                    f"{load['concurrency']} concurrent clients, `vllm bench serve`, median of "
-                    f"{len(next(iter(load['rounds'].values())))} round(s):",
-                "| server | requests/s | p50 ms | p99 ms | completed | failed |", "|---|---|---|---|---|---|",
-                *rows,
-                f"MRV2/V1: requests/s {r['mrv2/v1 requests/s']:.2f}, p50 {r['mrv2/v1 p50']:.2f}, "
-                f"p99 {r['mrv2/v1 p99']:.2f}"]
+                    f"{load['concurrency']} concurrent clients, `vllm bench serve`, median of {rounds} round(s); "
+                    "CPU-s and peak RSS of all the server's processes:",
+                "| server | requests/s | p50 ms | p99 ms | CPU-s per 1,000 requests | peak RSS MiB | completed | "
+                "failed |", "|---|---|---|---|---|---|---|---|", *rows]
+        for ref, label in (("v1", "MRV2/V1"), ("infinity", "MRV2/infinity")):
+            if f"mrv2/{ref} requests/s" in r:
+                out.append(f"{label}: requests/s {r[f'mrv2/{ref} requests/s']:.2f}, p50 {r[f'mrv2/{ref} p50']:.2f}, "
+                           f"p99 {r[f'mrv2/{ref} p99']:.2f}")
     mem = sec.get("memory")
     if mem:
         samples = ", ".join(f"{n}: {m:.0f}" for n, m in mem["samples_mib"])
