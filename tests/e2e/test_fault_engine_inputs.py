@@ -33,7 +33,7 @@ import pytest
 from scripts.series.base import REPO
 from scripts.validation.engine import hf_mean_embed, vllm_runner
 from scripts.validation.models import MINILM_VOCAB, MODELS, make_tiny_bert, minilm_path
-from scripts.validation.references import classify, embed, token_embed
+from scripts.validation.references import classify, embed
 from tests.e2e.test_fault_max_model_len import call_within
 
 TOL = 1e-4
@@ -73,10 +73,10 @@ def assert_refused(name, call, case):
 
 
 def test_token_ids_outside_the_vocabulary_embed_encode(in_process, runner):
-    """MiniLM: ``LLM.embed``, ``LLM.encode`` (token_embed) and
-    ``LLMEngine.add_request`` refuse each bad id; the engine keeps serving:
-    the good prompts ``add_request`` took before each refusal, and the calls
-    after them, give transformers' embedding and token embeddings."""
+    """MiniLM: ``LLM.embed``, ``LLM.encode`` and ``LLMEngine.add_request``
+    refuse each bad id; the engine keeps serving: the good prompts
+    ``add_request`` took before each refusal, and the calls after them, give
+    transformers' embedding."""
     from vllm import PoolingParams
 
     with vllm_runner(minilm_path(), runner) as llm:
@@ -87,7 +87,7 @@ def test_token_ids_outside_the_vocabulary_embed_encode(in_process, runner):
                 engine.add_request(f"r{engine.get_num_unfinished_requests()}", prompt, PoolingParams(task="embed"))
 
         calls = {"LLM.embed": lambda p: llm.embed(p, use_tqdm=False),
-                 "LLM.encode": lambda p: llm.encode(p, pooling_task="token_embed", use_tqdm=False),
+                 "LLM.encode": lambda p: llm.encode(p, pooling_task="embed", use_tqdm=False),
                  "LLMEngine.add_request": add_requests}
         for name, call in calls.items():
             for case in BAD:
@@ -96,13 +96,13 @@ def test_token_ids_outside_the_vocabulary_embed_encode(in_process, runner):
         while engine.has_unfinished_requests():
             done.update({o.request_id: o for o in engine.step() if o.finished})
         vector = llm.embed(tokens(GOOD), use_tqdm=False)[0].outputs.embedding
-        per_token = llm.encode(tokens(GOOD), pooling_task="token_embed", use_tqdm=False)[0].outputs.data
+        encoded = llm.encode(tokens(GOOD), pooling_task="embed", use_tqdm=False)[0].outputs.data
     assert sorted(done) == ["r0", "r1"]  # one good prompt added before each refused one
     want = hf_mean_embed(minilm_path(), [GOOD])[0]
     for output in done.values():
         np.testing.assert_allclose(output.outputs.data.numpy(), want, rtol=0, atol=TOL)
     np.testing.assert_allclose(np.asarray(vector), want, rtol=0, atol=TOL)
-    np.testing.assert_allclose(per_token.numpy(), token_embed(minilm_path(), [GOOD])[0], rtol=0, atol=TOL)
+    np.testing.assert_allclose(encoded.numpy(), want, rtol=0, atol=TOL)
 
 
 def test_token_ids_outside_the_vocabulary_classify(in_process, runner, classifier):
