@@ -458,7 +458,10 @@ class TestColbertServerV1:
 
     def test_bad_input(self, colbert_v1_server, sentences):
         server = colbert_v1_server
-        (want,) = late_interaction_shared_id_cases(server.model, sentences)[:1]
+        doc = sentences[30]
+        query_tokens, doc_tokens = colbert_reference(server.model, [QUERY, doc])
         check_faults(server, {"/pooling", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
-                     want, runner="V1")
+                     ("/score", {"queries": QUERY, "documents": [doc]},
+                      scores_close_to([maxsim(query_tokens, doc_tokens)], tol=LATE_INTERACTION_TOL)),
+                     runner="V1")
         assert server.late_interaction_state() == EMPTY_STATE
