@@ -1,15 +1,20 @@
 """Bad input for ``tests/e2e/test_server.py`` (``FAULTS`` there): each
 endpoint with empty input, a prompt over max_model_len, a wrong model name,
-a task the model does not serve, malformed JSON and a base64 request where
-the endpoint cannot give it, sent while a concurrent stream of good requests
-must stay correct (``check_faults``)."""
+a task the model does not serve, malformed JSON, a base64 request where the
+endpoint cannot give it and token ids outside the vocabulary (issue 28), sent
+while a concurrent stream of good requests must stay correct
+(``check_faults``); and concurrent requests of different clients that carry
+the same ``X-Request-Id`` header (``check_shared_request_id``)."""
 
 from __future__ import annotations
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import requests
+
+from scripts.validation.models import MINILM_VOCAB
 
 LONG = "word " * 600  # over every model's max_model_len (MiniLM 256, the tiny BERTs 512)
 QUERY = "A man is playing a guitar."
@@ -32,6 +37,12 @@ EMPTY_MESSAGE = {"/v1/embeddings": "You must pass at least one prompt", "/poolin
                  "/score": "At least one text_pair element must be given",
                  "/rerank": "At least one text_pair element must be given"}
 ENCODES = ("/v1/embeddings", "/pooling")  # the endpoints with an encoding_format
+# Token ids as input (issue 28): the endpoints that take them, and ids outside
+# [0, vocabulary size) of the served models (all use MiniLM's 30,522 word pieces).
+TOKEN_INPUT = ("/v1/embeddings", "/pooling", "/classify")
+VOCAB_RANGE = f"[0, {MINILM_VOCAB})"
+BAD_TOKEN_IDS = {"token id -1": ([101, -1, 102], -1),
+                 "token id = vocabulary size": ([[101, 102], [101, 2023, MINILM_VOCAB, 102]], MINILM_VOCAB)}
 
 
 def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[str, str]):
@@ -56,6 +67,18 @@ def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[
         if e not in ENCODES:
             cases.append((e, {**good, "encoding_format": "base64"}, "base64", 400,
                           ["encoding_format='base64' is not supported by this endpoint"]))
+        if e in TOKEN_INPUT:
+            cases += [(e, {**good, "input": ids}, fault, 400, [f"Token id {bad} is out of vocabulary", VOCAB_RANGE])
+                      for fault, (ids, bad) in BAD_TOKEN_IDS.items()]
+        else:  # /score and /rerank take text (or multimodal content) only
+            field = "query" if e == "/rerank" else "queries"
+            cases.append((e, {**good, field: [101, -1, 102]}, "token ids", 400, ["Input should be a valid string"]))
+    # every server detokenizes; a negative id is refused by the request schema
+    tokens = {"model": model, "tokens": [101, MINILM_VOCAB, 102]}
+    cases += [("/detokenize", tokens, "token id = vocabulary size", 400,
+               [f"Token id {MINILM_VOCAB} is out of vocabulary", VOCAB_RANGE]),
+              ("/detokenize", {**tokens, "tokens": [101, -1, 102]}, "token id -1", 400,
+               ["Input should be greater than or equal to 0"])]
     for task, words in pooling_tasks.items():
         cases.append(("/pooling", {"model": model, "input": "a cat", "task": task}, f"task {task}", 400, [words]))
     return cases
@@ -68,13 +91,14 @@ def send(server, endpoint, body):
     return post(server, endpoint, body, timeout=120)
 
 
-def check_faults(server, serves: set[str], max_len: int, pooling_tasks: dict[str, str], good) -> None:
+def check_faults(server, serves: set[str], max_len: int, pooling_tasks: dict[str, str], good,
+                 runner: str = "MRV2") -> None:
     """Send every case of ``fault_cases`` (``serves``, ``max_len``,
     ``pooling_tasks``: see there) to ``server`` while another client sends
     ``good`` = (endpoint, body without the model, check of the answer) again
     and again: each case gets its status and a message with its words, every
-    good answer is correct, the worker still runs MRV2. Prints the rows
-    (endpoint | fault | status | message)."""
+    good answer is correct, the worker still runs ``runner`` ("MRV2" or
+    "V1"). Prints the rows (endpoint | fault | status | message)."""
     model = server.served_model()
     cases = fault_cases(model, serves, max_len, pooling_tasks)
     good = (good[0], {"model": model, **good[1]}, good[2])
@@ -104,6 +128,38 @@ def check_faults(server, serves: set[str], max_len: int, pooling_tasks: dict[str
     print("\n" + "\n".join(f"| {server.name} | {e} | {f} | {s} | {m[:200]!r} |" for e, f, s, m in rows))
     assert failures == []
     assert results and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
-    assert server.runner() == "MRV2"  # still serving, same worker
+    assert server.runner() == runner  # still serving, same worker
+
+
+SHARED_REQUEST_ID = "the-same-id"
+
+
+def check_shared_request_id(server, cases, rounds: int = 3, runner: str = "MRV2") -> None:
+    """Different clients' requests that carry the same ``X-Request-Id``
+    header (issue 28): every round sends all ``cases`` = [(endpoint, body
+    without the model, check of the answer)] at once, each with the header
+    ``SHARED_REQUEST_ID``; every answer must be 200 and pass its own check
+    (its own input's result, not another client's), ``rounds`` times; the
+    worker still runs ``runner`` afterwards."""
+    model = server.served_model()
+
+    def one(case):
+        endpoint, body, _ = case
+        r = requests.post(server.url(endpoint), json={"model": model, **body},
+                          headers={"X-Request-Id": SHARED_REQUEST_ID}, timeout=300)
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+    failures = []
+    with ThreadPoolExecutor(len(cases)) as pool:
+        for round_ in range(rounds):
+            for (endpoint, body, check), (status, answer) in zip(cases, pool.map(one, cases)):
+                if status != 200 or not check(answer):
+                    failures.append(f"round {round_} {endpoint} {json.dumps(body)[:80]}: {status} "
+                                    f"{str(answer)[:300]}")
+    assert failures == []
+    assert server.runner() == runner  # still serving, same worker
 
 

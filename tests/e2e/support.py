@@ -1,10 +1,14 @@
 """Helpers of the e2e tests that drive an engine step by step
-(``LLMEngine.add_request`` / ``step``): random token-id prompts and a drain
-loop that records how many requests finished in each step."""
+(``LLMEngine.add_request`` / ``step``): random token-id prompts, a drain
+loop that records how many requests finished in each step, and a time limit
+for a call that may hang (``call_within``)."""
 
 from __future__ import annotations
 
 import random
+import threading
+
+import pytest
 
 
 def drain(eng) -> tuple[dict, list[int]]:
@@ -21,3 +25,25 @@ def drain(eng) -> tuple[dict, list[int]]:
 def random_prompt(rng: random.Random, n: int) -> list[int]:
     """``n`` token ids drawn from MiniLM's word pieces (1000..28999)."""
     return [rng.randrange(1000, 29000) for _ in range(n)]
+
+
+def call_within(fn, seconds: float):
+    """``fn()``'s result, or pytest.fail when it has not returned after
+    ``seconds`` (the call keeps running in a daemon thread; the engine is
+    shut down by the fixture)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # re-raised in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"the engine did not finish the requests within {seconds} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

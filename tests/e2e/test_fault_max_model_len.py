@@ -12,41 +12,19 @@ that a hang fails the test instead of blocking the run."""
 from __future__ import annotations
 
 import random
-import threading
 
 import numpy as np
 import pytest
 
 from scripts.validation.engine import hf_last_token_embed, vllm_runner
 from scripts.validation.models import make_tiny_qwen3
+from tests.e2e.support import call_within
 
 MAX_MODEL_LEN = 64
 TOL = 1e-4
 # Seconds for one embed call of a few prompts; a healthy call takes well
 # under a second, a hang never ends.
 TIMEOUT = 300
-
-
-def call_within(fn, seconds: float):
-    """``fn()``'s result, or pytest.fail when it has not returned after
-    ``seconds`` (the call keeps running in a daemon thread; the engine is
-    shut down by the fixture)."""
-    box: dict = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # re-raised in the test's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        pytest.fail(f"the engine did not finish the requests within {seconds} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 @pytest.fixture(scope="module")

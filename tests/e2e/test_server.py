@@ -24,9 +24,13 @@ and ``scripts.validation.engine.WorkerProbe``): MRV2, vLLM's default.
 
 Bad input (``tests/e2e/server_faults.py``): each endpoint with empty input, a prompt over
 max_model_len, a wrong model name, a task the model does not serve,
-malformed JSON and a base64 request where the endpoint cannot give it gets a
-4xx whose message names the problem, while a concurrent stream of good
-requests stays correct.
+malformed JSON, a base64 request where the endpoint cannot give it and token
+ids outside the vocabulary gets a 4xx whose message names the problem,
+while a concurrent stream of good requests stays correct. Concurrent
+requests of different clients carrying the same ``X-Request-Id`` header
+each get their own result (issue 28), on every endpoint; the ColBERT server
+is also served on V1 (``VLLM_USE_V2_MODEL_RUNNER=0``) for the late-interaction
+cases, against MaxSim over transformers' token embeddings.
 """
 
 from __future__ import annotations
@@ -43,12 +47,14 @@ import numpy as np
 import pytest
 import requests
 
-from scripts.validation.engine import expected_input_preparation, vllm_runner
-from scripts.validation.models import MODELS, make_tiny_bert, make_tiny_colbert, minilm_path, mixed_length_texts
+from scripts.validation.engine import expected_input_preparation, maxsim, vllm_runner
+from scripts.validation.models import (MODELS, colbert_reference, make_tiny_bert, make_tiny_colbert, minilm_path,
+                                       mixed_length_texts)
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, ServerError, VllmServer
-from tests.e2e.server_faults import QUERY, check_faults, post
+from tests.e2e.server_faults import QUERY, check_faults, check_shared_request_id, post
 
 TOL = 1e-5
+LATE_INTERACTION_TOL = 1e-4  # docs/validation.md: against transformers
 EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
 
 
@@ -65,16 +71,20 @@ def sentences(sts):
 
 
 def _models() -> dict:
-    """Server name -> model directory, one per test class (``SERVES``)."""
-    return {"minilm": minilm_path(),
-            "tiny-cross-encoder": make_tiny_bert(MODELS / "tiny-bert-cross-encoder", head="seq_cls", num_labels=1),
-            "tiny-classifier": make_tiny_bert(MODELS / "tiny-bert-seq-cls", head="seq_cls", num_labels=3),
-            "tiny-colbert": make_tiny_colbert(MODELS / "tiny-hf-colbert")}
+    """Server name -> (model directory, runner), one per test class (``SERVES``)."""
+    colbert = make_tiny_colbert(MODELS / "tiny-hf-colbert")
+    return {"minilm": (minilm_path(), "default"),
+            "tiny-cross-encoder": (make_tiny_bert(MODELS / "tiny-bert-cross-encoder", head="seq_cls", num_labels=1),
+                                   "default"),
+            "tiny-classifier": (make_tiny_bert(MODELS / "tiny-bert-seq-cls", head="seq_cls", num_labels=3), "default"),
+            "tiny-colbert": (colbert, "default"),
+            "tiny-colbert-v1": (colbert, "v1")}
 
 
 # test class -> the server it talks to
 SERVES = {"TestEmbedServer": "minilm", "TestCrossEncoderServer": "tiny-cross-encoder",
-          "TestClassifierServer": "tiny-classifier", "TestColbertServer": "tiny-colbert"}
+          "TestClassifierServer": "tiny-classifier", "TestColbertServer": "tiny-colbert",
+          "TestColbertServerV1": "tiny-colbert-v1"}
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +96,9 @@ def servers(request):
               if item.module.__name__ == module and item.cls is not None and item.cls.__name__ in SERVES}
     launched = {}
     try:
-        for name, model in _models().items():
+        for name, (model, runner) in _models().items():
             if name in wanted:
-                launched[name] = VllmServer(model, name=name).launch()
+                launched[name] = VllmServer(model, name=name, runner=runner).launch()
         yield launched
     finally:
         for server in launched.values():
@@ -96,8 +106,15 @@ def servers(request):
 
 
 def serve(servers, name, fn):
-    """The server ``name`` of ``servers`` once ready, and ``fn(llm)`` computed
-    offline on its model (while it and the others start).
+    """The server ``name`` of ``servers`` once ready (``ready``), and
+    ``fn(llm)`` computed offline on its model (vLLM's default runner,
+    asserted MRV2) while it and the others start."""
+    reference = offline(servers[name].model, fn)
+    return ready(servers, name), reference
+
+
+def ready(servers, name):
+    """The server ``name`` of ``servers`` once all of them have started.
 
     No client talks to any server before all of them have started: while a
     server starts, its worker binds a port that its engine core picked
@@ -107,20 +124,41 @@ def serve(servers, name, fn):
     minute after the connection closes): the worker then fails with
     EADDRINUSE. The 2,000-request load test opens 2,000 connections."""
     server = servers[name]
-    reference = offline(server.model, fn)
     for other in servers.values():
         if other is not server:
             try:
                 other.wait_ready()
             except ServerError:
                 pass  # raised again, with its log, by the fixture of the class that talks to it
-    server.wait_ready()
-    return server, reference
+    return server.wait_ready()
 
 
 def assert_mrv2(server):
     assert server.runner() == "MRV2"
     assert server.input_preparation() == expected_input_preparation()
+
+
+def close_to(want, *path, tol=TOL):
+    """Check of a JSON answer: the value at ``path`` (keys and indexes) is
+    within ``tol`` of ``want`` everywhere."""
+    def check(answer) -> bool:
+        for key in path:
+            answer = answer[key]
+        got = np.asarray(answer, dtype=np.float64)
+        return got.shape == np.shape(want) and bool(abs(got - want).max() <= tol)
+    return check
+
+
+def scores_close_to(want, tol=TOL):
+    """Check of a /score (``data``) or /rerank (``results``) answer: the
+    score of each document index is within ``tol`` of ``want[index]``."""
+    def check(answer) -> bool:
+        if "data" in answer:
+            got = {d["index"]: d["score"] for d in answer["data"]}
+        else:
+            got = {d["index"]: d["relevance_score"] for d in answer["results"]}
+        return sorted(got) == list(range(len(want))) and all(abs(got[i] - w) <= tol for i, w in enumerate(want))
+    return check
 
 
 # ------------------------------------------------------------------ embed: all-MiniLM-L6-v2
@@ -212,6 +250,16 @@ class TestEmbedServer:
         errors = np.asarray([abs(a[3] - ref["load_vectors"][a[0]]).max() for a in answers])
         assert errors.max() <= TOL, f"{(errors > TOL).sum()} answers differ; worst {errors.max():.2e}"
 
+    def test_clients_sharing_a_request_id_get_their_own_embeddings(self, embed_server):
+        server, ref = embed_server
+        vectors = ref["vectors"]
+        cases = [("/v1/embeddings", {"input": ref["texts"][i]}, close_to(vectors[i], "data", 0, "embedding"))
+                 for i in (0, 1)]
+        cases += [("/pooling", {"input": ref["texts"][i]}, close_to(vectors[i], "data", 0, "data")) for i in (2, 3)]
+        cases += [("/v2/embed", {"texts": [ref["texts"][i]], "embedding_types": ["float"]},
+                   close_to(vectors[i], "embeddings", "float", 0)) for i in (4, 5)]
+        check_shared_request_id(server, cases)
+
     def test_bad_input(self, embed_server):
         server, ref = embed_server
         check_faults(server, {"/v1/embeddings", "/pooling", "/score", "/rerank"}, 256,
@@ -254,6 +302,13 @@ class TestCrossEncoderServer:
             assert x["document"]["text"] == ref["docs"][x["index"]]
             assert abs(x["relevance_score"] - ref["scores"][x["index"]]) <= TOL
 
+    def test_clients_sharing_a_request_id_get_their_own_scores(self, cross_server):
+        server, ref = cross_server
+        halves = (slice(0, 3), slice(3, 6))
+        cases = [(endpoint, {field: QUERY, "documents": ref["docs"][h]}, scores_close_to(ref["scores"][h]))
+                 for endpoint, field in (("/score", "queries"), ("/rerank", "query")) for h in halves]
+        check_shared_request_id(server, cases)
+
     def test_bad_input(self, cross_server):
         server, ref = cross_server
         check_faults(server, {"/pooling", "/classify", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
@@ -285,6 +340,14 @@ class TestClassifierServer:
         assert r.status_code == 200, r.text
         got = np.asarray([d["data"] for d in r.json()["data"]])
         np.testing.assert_allclose(got, ref["probs"], rtol=0, atol=TOL)
+
+    def test_clients_sharing_a_request_id_get_their_own_probabilities(self, cls_server):
+        server, ref = cls_server
+        cases = [("/classify", {"input": ref["texts"][i]}, close_to(ref["probs"][i], "data", 0, "probs"))
+                 for i in (0, 1)]
+        cases += [("/pooling", {"input": ref["texts"][i], "task": "classify"}, close_to(ref["probs"][i], "data", 0, "data"))
+                  for i in (2, 3)]
+        check_shared_request_id(server, cases)
 
     def test_bad_input(self, cls_server):
         server, ref = cls_server
@@ -329,6 +392,11 @@ class TestColbertServer:
                       lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL))
         assert server.late_interaction_state() == EMPTY_STATE
 
+    def test_clients_sharing_a_request_id_get_their_own_scores(self, colbert_server, sentences):
+        server, _ = colbert_server
+        check_shared_request_id(server, late_interaction_shared_id_cases(server.model, sentences))
+        assert server.late_interaction_state() == EMPTY_STATE
+
     def test_disconnects_in_the_middle_of_rerank_leave_nothing(self, colbert_server, sentences):
         """100 clients send a 64-document /rerank and hang up at a random
         point (0 to 1.5 s after sending); afterwards the worker holds no
@@ -357,4 +425,43 @@ class TestColbertServer:
         r = post(server, "/rerank", {"model": server.served_model(), "query": QUERY, "documents": ref["docs"]})
         assert r.status_code == 200
         assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in r.json()["results"]) <= TOL
+        assert server.late_interaction_state() == EMPTY_STATE
+
+
+def late_interaction_shared_id_cases(model_dir, sentences) -> list:
+    """``check_shared_request_id`` cases of issue 28 for a late-interaction
+    server: two clients' /rerank and two clients' /score, different queries
+    against the same 40 documents; each answer must be MaxSim of its own
+    query over transformers' token embeddings (``colbert_reference``)."""
+    queries, docs = [QUERY, sentences[40]], sentences[200:240]
+    tokens = colbert_reference(model_dir, queries + docs)
+    scores = [np.asarray([maxsim(q, d) for d in tokens[2:]]) for q in tokens[:2]]
+    check = [scores_close_to(s, tol=LATE_INTERACTION_TOL) for s in scores]
+    return [("/rerank", {"query": q, "documents": docs}, c) for q, c in zip(queries, check)] + \
+        [("/score", {"queries": q, "documents": docs}, c) for q, c in zip(queries, check)]
+
+
+class TestColbertServerV1:
+    """The tiny ColBERT served on V1 (``VLLM_USE_V2_MODEL_RUNNER=0``): the
+    late-interaction and token-id faults of issue 28 on the other runner."""
+
+    @pytest.fixture(scope="class")
+    def colbert_v1_server(self, servers):
+        server = ready(servers, "tiny-colbert-v1")
+        assert server.runner() == "V1"
+        return server
+
+    def test_clients_sharing_a_request_id_get_their_own_scores(self, colbert_v1_server, sentences):
+        server = colbert_v1_server
+        check_shared_request_id(server, late_interaction_shared_id_cases(server.model, sentences), runner="V1")
+        assert server.late_interaction_state() == EMPTY_STATE
+
+    def test_bad_input(self, colbert_v1_server, sentences):
+        server = colbert_v1_server
+        doc = sentences[30]
+        query_tokens, doc_tokens = colbert_reference(server.model, [QUERY, doc])
+        check_faults(server, {"/pooling", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
+                     ("/score", {"queries": QUERY, "documents": [doc]},
+                      scores_close_to([maxsim(query_tokens, doc_tokens)], tol=LATE_INTERACTION_TOL)),
+                     runner="V1")
         assert server.late_interaction_state() == EMPTY_STATE
