@@ -86,7 +86,7 @@ def test_startup_with_task_mrv2_cannot_serve_fails_clearly(qwen3):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert "STARTUP FAILED" in out and "STARTED\n" not in out
-    assert "Model Runner V2 cannot serve the configured pooling task 'token_classify'" in out
+    assert "Model Runner V2 does not yet support: the configured pooling task 'token_classify'" in out
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in out
 
 

@@ -77,11 +77,6 @@ class ConfigStandIn:
 
         return VllmConfig._is_default_v2_model_runner_model(self)
 
-    def _v2_model_runner_not_default_reason(self):
-        from vllm.config.vllm import VllmConfig
-
-        return VllmConfig._v2_model_runner_not_default_reason(self)
-
     @property
     def use_v2_model_runner(self):
         from vllm.config.vllm import VllmConfig
@@ -93,14 +88,11 @@ class ConfigStandIn:
 
         return VllmConfig._v2_model_runner_runs_without_triton(self)
 
-    def _v2_model_runner_pooling_refusal(self):
-        return None  # the stand-ins declare no pooling task (see test_runner_selection_by_task.py)
-
     def _dflash_needs_multi_kv_group(self):
         return False
 
     def _get_v2_model_runner_unsupported_features(self):
-        return []
+        return []  # the stand-ins use no unsupported feature (pooling tasks: test_runner_selection_by_task.py)
 
 
 def stand_in(model_config, dcp: int = 1) -> ConfigStandIn:
@@ -122,6 +114,7 @@ def full_stand_in(chunked: bool, prefix_caching: bool) -> ConfigStandIn:
     mc = model("BertModel", "pooling")
     mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
     mc.logits_processors, mc.enable_prompt_embeds = None, False
+    mc.pooler_config = None  # no pooling task configured or known (pooling tasks: test_runner_selection_by_task.py)
     config = stand_in(mc)
     config._get_v2_model_runner_unsupported_features = (
         VllmConfig._get_v2_model_runner_unsupported_features.__get__(config))

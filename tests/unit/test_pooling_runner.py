@@ -8,8 +8,9 @@ PoolingRunner reads. The runner is built as upstream PR 50574 builds it,
 The tests named ``test_behaviour_*`` and the late-interaction tests are what
 patches/tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
 too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
-``on_requests_finished``, ``late_interaction_runner``, ``_TOKEN_TASKS``,
-``_get_enabled_tasks``), so that ``python -m scripts.series.drift test-upstream`` can
+``on_requests_finished``, ``late_interaction_runner``, ``_get_enabled_tasks``,
+which applies ``vllm.tasks.model_runner_v2_pooling_tasks`` since patch 0011),
+so that ``python -m scripts.series.drift test-upstream`` can
 run them on unpatched releases. The others pin our implementation's details
 (error texts, token-id padding) on our tree. Upstream's own tests of PR 50574
 run in test_upstream_pr50574.py.

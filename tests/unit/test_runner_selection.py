@@ -9,9 +9,10 @@ the same. The table test reads the patched ``VllmConfig.use_v2_model_runner``
 (patches 0007 and 0011) on lightweight stand-ins carrying just the fields it
 reads (``tests/unit/stand_ins.py``), and the line it logs for a model that does
 not default to MRV2. (On the base, no pooling model defaulted to MRV2, and
-hybrid, attention-free and MoE models were kept off it without a word.) The
-selection without Triton (patch 0008) is in
-test_runner_selection_without_triton.py, by pooling task (0011) in
+hybrid, attention-free and MoE models were kept off it without a word.)
+``_is_default_v2_model_runner_model`` called as upstream's test calls it is in
+test_default_v2_model_runner_model.py, the selection without Triton (patch
+0008) in test_runner_selection_without_triton.py, by pooling task (0011) in
 test_runner_selection_by_task.py.
 """
 
@@ -21,27 +22,19 @@ import pytest
 
 from tests.unit.stand_ins import model, stand_in
 
-HYBRID = "hybrid (attention and state-space) models"
-ATTENTION_FREE = "attention-free models"
-
-
-def moe(arch: str) -> str:
-    return f"MoE models outside its default allowlist ({arch})"
-
-
-def cases(runner_type: str, selected: str, reason, models: str, **flags) -> list[tuple]:
+def cases(runner_type: str, selected: str, models: str, **flags) -> list[tuple]:
     """Table rows (case id, model config stand-in, the runner selected by
-    default, the reason logged for V1) for ``models``: one architecture a
-    line, optionally followed by what it stands for; ``flags`` as ``model``'s."""
+    default) for ``models``: one architecture a line, optionally followed by
+    what it stands for; ``flags`` as ``model``'s."""
     rows = []
     for line in models.strip().splitlines():
         arch = line.split()[0]
-        rows.append((f"{line.strip()} {runner_type}", model(arch, runner_type, **flags), selected, reason))
+        rows.append((f"{line.strip()} {runner_type}", model(arch, runner_type, **flags), selected))
     return rows
 
 
 TABLE = [
-    *cases("pooling", "MRV2", None, """
+    *cases("pooling", "MRV2", """
         BertModel (sentence-transformers/all-MiniLM-L6-v2)
         Qwen3ForCausalLM (Qwen/Qwen3-Embedding-0.6B)
         ColQwen3 (TomoroAI/tomoro-colqwen3-embed-4b, multimodal)
@@ -53,19 +46,19 @@ TABLE = [
         LlamaForCausalLM (intfloat/e5-mistral-7b-instruct style)
         Qwen2ForRewardModel
         ColPaliForRetrieval (multimodal)"""),
-    *cases("generate", "MRV2", None, """
+    *cases("generate", "MRV2", """
         LlamaForCausalLM
         Qwen3ForCausalLM
         Qwen2VLForConditionalGeneration (multimodal)"""),
-    *cases("draft", "MRV2", None, "LlamaForCausalLM"),
-    *cases("pooling", "MRV2", None, "Qwen2MoeForCausalLM (allowlisted MoE)", moe=True),
-    *cases("generate", "MRV2", None, "DeepseekV2ForCausalLM (allowlisted MoE)", moe=True),
-    *cases("pooling", "V1", moe("Qwen3MoeForCausalLM"), "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
-    *cases("generate", "V1", moe("Qwen3MoeForCausalLM"), "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
-    *cases("pooling", "V1", HYBRID, "ColBERTLfm2Model (hybrid)", hybrid=True),
-    *cases("generate", "V1", HYBRID, "JambaForCausalLM (hybrid MoE)", moe=True, hybrid=True),
-    *cases("pooling", "V1", ATTENTION_FREE, "MambaForCausalLM (attention-free)", attention_free=True),
-    *cases("generate", "V1", ATTENTION_FREE, "MambaForCausalLM (attention-free)", attention_free=True),
+    *cases("draft", "MRV2", "LlamaForCausalLM"),
+    *cases("pooling", "MRV2", "Qwen2MoeForCausalLM (allowlisted MoE)", moe=True),
+    *cases("generate", "MRV2", "DeepseekV2ForCausalLM (allowlisted MoE)", moe=True),
+    *cases("pooling", "V1", "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("generate", "V1", "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("pooling", "V1", "ColBERTLfm2Model (hybrid)", hybrid=True),
+    *cases("generate", "V1", "JambaForCausalLM (hybrid MoE)", moe=True, hybrid=True),
+    *cases("pooling", "V1", "MambaForCausalLM (attention-free)", attention_free=True),
+    *cases("generate", "V1", "MambaForCausalLM (attention-free)", attention_free=True),
 ]
 
 
@@ -73,16 +66,20 @@ def selector_lines(log: list[str]) -> list[str]:
     return [m for m in log if "Model Runner V2" in m]
 
 
-@pytest.mark.parametrize(("case", "model_config", "runner", "reason"), TABLE, ids=[t[0] for t in TABLE])
-def test_default_runner_selection(monkeypatch, triton, vllm_config_log, case, model_config, runner, reason):
+@pytest.mark.parametrize(("case", "model_config", "runner"), TABLE, ids=[t[0] for t in TABLE])
+def test_default_runner_selection(monkeypatch, triton, vllm_config_log, case, model_config, runner):
     """With Triton and VLLM_USE_V2_MODEL_RUNNER unset: the runner selected, and
-    for V1 the one line saying why (patch 0011); nothing logged for MRV2."""
+    for V1 the one line saying why, with the model's own flags (patch 0011);
+    nothing logged for MRV2."""
     triton(True)
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     assert stand_in(model_config).use_v2_model_runner is (runner == "MRV2")
-    expected = [] if reason is None else [
-        f"Model Runner V2 is not the default for {reason}; using the V1 model runner "
-        "(VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)."]
+    m = model_config
+    expected = [] if runner == "MRV2" else [
+        f"Model Runner V2 is not the default for {m.architectures[0]}: it is for models neither "
+        "hybrid nor attention-free, MoE models only among DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES "
+        f"(this model: hybrid={m.is_hybrid}, attention-free={m.is_attention_free}, MoE={m.is_moe}); "
+        "using the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2)."]
     assert selector_lines(vllm_config_log) == expected
 
 
