@@ -1,0 +1,121 @@
+"""Issue 28 item 2 (patch 0045): the settings sentence-transformers >= 5.4
+writes (6.2 here) are read, and the older spellings still are.
+
+Checkpoints saved by sentence-transformers itself at test time
+(``scripts.validation.st_saved``), read through the engine's own config
+(``EngineArgs.create_engine_config``, no weights loaded). What each setting
+must become is what sentence-transformers does with it: the pooling mode
+(``1_Pooling/config.json``, ``"pooling_mode"`` since 5.4, the
+``pooling_mode_*`` flags before), the Normalize and Dense modules
+(``modules.json`` types ``sentence_transformers.base.modules.*`` and
+``sentence_transformers.sentence_transformer.modules.*`` since 5.4,
+``sentence_transformers.models.*`` before), the maximum length (the
+tokenizer's ``model_max_length`` since 5.4, ``max_seq_length`` in
+``sentence_bert_config.json`` before), a cross-encoder's activation
+(``config_sentence_transformers.json`` since 6.0). Modes vLLM has no pooler
+for are refused at start-up with a message naming the mode, instead of
+being served as another pooling. The values the engine computes from these
+settings are compared with ``SentenceTransformer.encode`` /
+``CrossEncoder.predict`` in ``tests/e2e/test_fault_st_settings.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.validation import st_saved
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> a directory saved by sentence-transformers (or by hand in the
+    older layout), made on first use."""
+    root = tmp_path_factory.mktemp("st-saved")
+    makers = {
+        "mean_normalize": lambda p: st_saved.save_st(p, "mean", max_seq_length=128),
+        "cls_dense": lambda p: st_saved.save_st(p, "cls", dense=(64, "Tanh")),
+        "lasttoken": lambda p: st_saved.save_st(p, "lasttoken", normalize=False),
+        "weightedmean": lambda p: st_saved.save_st(p, "weightedmean"),
+        "max": lambda p: st_saved.save_st(p, "max"),
+        "mean_sqrt_len_tokens": lambda p: st_saved.save_st(p, "mean_sqrt_len_tokens"),
+        "cls+mean": lambda p: st_saved.save_st(p, ("cls", "mean")),
+        "legacy_mean": lambda p: st_saved.save_legacy(p, "mean_tokens", max_seq_length=100),
+        "legacy_cls_no_lower_case": lambda p: st_saved.save_legacy(p, "cls_token", normalize=False,
+                                                                    max_seq_length=64, do_lower_case=None),
+        "legacy_lasttoken": lambda p: st_saved.save_legacy(p, "lasttoken"),
+        "legacy_weightedmean": lambda p: st_saved.save_legacy(p, "weightedmean_tokens"),
+        "ce_identity": lambda p: st_saved.save_cross_encoder(p, "Identity", max_length=64),
+        "ce_default_3_labels": lambda p: st_saved.save_cross_encoder(p, None, num_labels=3),
+        "ce_default_1_label": lambda p: st_saved.save_cross_encoder(p, None),
+    }
+    made = {}
+
+    def get(name: str) -> str:
+        if name not in made:
+            made[name] = str(makers[name](root / name.replace("+", "_")))
+        return made[name]
+
+    return get
+
+
+@pytest.mark.parametrize(("name", "pooling", "normalize"), [
+    ("mean_normalize", "MEAN", True),
+    ("cls_dense", "CLS", True),
+    ("lasttoken", "LAST", False),
+    ("legacy_mean", "MEAN", True),
+    ("legacy_cls_no_lower_case", "CLS", False),
+    ("legacy_lasttoken", "LAST", True),
+])
+def test_pooling_mode_and_normalize_are_read(real_config, saved, name, pooling, normalize):
+    pooler = real_config(saved(name), "pooling").model_config.pooler_config
+    assert pooler.seq_pooling_type == pooling
+    assert pooler.use_activation is normalize
+
+
+@pytest.mark.parametrize(("name", "mode"), [
+    ("weightedmean", "weightedmean"),
+    ("max", "max"),
+    ("mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+    ("cls+mean", "['cls', 'mean']"),
+    ("legacy_weightedmean", "weightedmean"),
+])
+def test_pooling_modes_without_a_vllm_pooler_are_refused_at_startup(real_config, saved, name, mode):
+    with pytest.raises(ValueError) as e:
+        real_config(saved(name), "pooling")
+    message = str(e.value)
+    assert f"sentence-transformers pooling mode {mode}" in message
+    assert "1_Pooling/config.json" in message and "seq_pooling_type" in message
+
+
+def test_pooling_mode_refused_unless_the_user_chooses_the_pooling(real_config, saved):
+    from vllm.config import PoolerConfig
+
+    config = real_config(saved("weightedmean"), "pooling", pooler_config=PoolerConfig(seq_pooling_type="MEAN"))
+    assert config.model_config.pooler_config.seq_pooling_type == "MEAN"
+
+
+def test_dense_module_sets_the_embedding_size(real_config, saved):
+    assert real_config(saved("cls_dense"), "pooling").model_config.embedding_size == 64
+    assert real_config(saved("mean_normalize"), "pooling").model_config.embedding_size == 128
+
+
+@pytest.mark.parametrize(("name", "max_len"), [
+    ("mean_normalize", 128),  # Transformer(max_seq_length=128): tokenizer model_max_length
+    ("ce_identity", 64),  # CrossEncoder(max_length=64): tokenizer model_max_length
+    ("legacy_mean", 100),  # sentence_bert_config.json max_seq_length
+    ("legacy_cls_no_lower_case", 64),  # max_seq_length without do_lower_case
+])
+def test_max_length_is_read(real_config, saved, name, max_len):
+    runner = "pooling"
+    assert real_config(saved(name), runner).model_config.max_model_len == max_len
+
+
+@pytest.mark.parametrize(("name", "activation"), [
+    ("ce_identity", "PoolerIdentity"),  # activation_fn=Identity() in config_sentence_transformers.json
+    ("ce_default_3_labels", "PoolerIdentity"),  # sentence-transformers' default for 3 labels
+    ("ce_default_1_label", "PoolerClassify"),  # Sigmoid for one label
+])
+def test_cross_encoder_activation_is_read(real_config, saved, name, activation):
+    from vllm.model_executor.layers.pooler.activations import get_act_fn
+
+    config = real_config(saved(name), "pooling")
+    assert type(get_act_fn(config.model_config.hf_config)).__name__ == activation
