@@ -83,13 +83,13 @@ def save_cross_encoder(dest: Path, activation: str | None = "Identity", num_labe
     return dest
 
 
-def save_legacy(dest: Path, pooling: str = "mean_tokens", *, normalize: bool = True,
+def save_legacy(dest: Path, pooling: str | tuple[str, ...] = "mean_tokens", *, normalize: bool = True,
                 max_seq_length: int = 100, do_lower_case: bool | None = False) -> Path:
     """The tiny BERT in the layout sentence-transformers < 5.4 wrote:
     ``modules.json`` types ``sentence_transformers.models.{Transformer,Pooling,Normalize}``,
-    ``1_Pooling/config.json`` with ``pooling_mode_<pooling>: true`` (the other
-    flags false), ``sentence_bert_config.json`` with ``max_seq_length`` (and
-    ``do_lower_case`` unless None)."""
+    ``1_Pooling/config.json`` with ``pooling_mode_<pooling>: true`` (for each
+    flag of a tuple; the other flags false), ``sentence_bert_config.json``
+    with ``max_seq_length`` (and ``do_lower_case`` unless None)."""
     dest = Path(dest)
     if _done(dest):
         return dest
@@ -97,6 +97,7 @@ def save_legacy(dest: Path, pooling: str = "mean_tokens", *, normalize: bool = T
 
     backbone = make_tiny_bert(BACKBONE, "base")
     flags = ["cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken"]
+    chosen = (pooling,) if isinstance(pooling, str) else pooling
     with atomic_dir(dest) as tmp:
         for f in backbone.iterdir():
             shutil.copyfile(f, tmp / f.name)
@@ -109,7 +110,7 @@ def save_legacy(dest: Path, pooling: str = "mean_tokens", *, normalize: bool = T
         (tmp / "modules.json").write_text(json.dumps(modules, indent=2))
         (tmp / "1_Pooling").mkdir()
         (tmp / "1_Pooling" / "config.json").write_text(json.dumps(
-            {"word_embedding_dimension": 128, **{f"pooling_mode_{f}": f == pooling for f in flags}}, indent=2))
+            {"word_embedding_dimension": 128, **{f"pooling_mode_{f}": f in chosen for f in flags}}, indent=2))
         config = {"max_seq_length": max_seq_length}
         if do_lower_case is not None:
             config["do_lower_case"] = do_lower_case

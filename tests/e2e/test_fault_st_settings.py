@@ -13,7 +13,10 @@ instead of 64), lasttoken pooling was CLS and normalised, the maximum length
 was 512 instead of 128 (so a long text kept 512 tokens where
 sentence-transformers keeps 128), a dot-product model was scored by cosine,
 and a CrossEncoder saved with ``activation_fn=Identity()`` was scored with
-sigmoid (three labels: tests/unit/test_sentence_transformers_settings.py)."""
+sigmoid (three labels: tests/unit/test_sentence_transformers_settings.py).
+The pooling modes ``max``, ``mean_sqrt_len_tokens`` and ``weightedmean``
+(before: refused at start-up by 0045, served as CLS by 0.26.0) on MRV2 and
+V1 alike."""
 
 from __future__ import annotations
 
@@ -47,6 +50,10 @@ def models(tmp_path_factory):
         "cls_dense_dot": st_saved.save_st(root / "cls-dense", "cls", dense=(64, "Tanh"), normalize=False,
                                           max_seq_length=MAX_LEN, similarity_fn_name="dot"),
         "lasttoken": st_saved.save_st(root / "last", "lasttoken", normalize=False, max_seq_length=MAX_LEN),
+        "max": st_saved.save_st(root / "max", "max", normalize=False, max_seq_length=MAX_LEN),
+        "mean_sqrt_len": st_saved.save_st(root / "mean-sqrt-len", "mean_sqrt_len_tokens", normalize=False,
+                                          max_seq_length=MAX_LEN),
+        "weightedmean": st_saved.save_st(root / "weightedmean", "weightedmean", max_seq_length=MAX_LEN),
         "ce_identity": st_saved.save_cross_encoder(root / "ce-identity", "Identity"),
     }
 
@@ -57,7 +64,10 @@ def vllm_embed(llm, texts):
 
 
 @pytest.mark.parametrize(("name", "runner"), [("mean_normalize", "default"), ("cls_dense_dot", "default"),
-                                              ("lasttoken", "default"), ("cls_dense_dot", "v1")])
+                                              ("lasttoken", "default"), ("cls_dense_dot", "v1"),
+                                              ("max", "default"), ("max", "v1"),
+                                              ("mean_sqrt_len", "default"), ("mean_sqrt_len", "v1"),
+                                              ("weightedmean", "default"), ("weightedmean", "v1")])
 def test_embeddings_are_sentence_transformers(models, texts, in_process, name, runner):
     expected = st_saved.st_encode(models[name], texts)
     with vllm_runner(models[name], runner) as llm:

@@ -12,8 +12,11 @@ must become is what sentence-transformers does with it: the pooling mode
 ``sentence_transformers.models.*`` before), the maximum length (the
 tokenizer's ``model_max_length`` since 5.4, ``max_seq_length`` in
 ``sentence_bert_config.json`` before), a cross-encoder's activation
-(``config_sentence_transformers.json`` since 6.0). Modes vLLM has no pooler
-for are refused at start-up with a message naming the mode, instead of
+(``config_sentence_transformers.json`` since 6.0). Every single pooling mode
+has a vLLM sequence pooling type (``max``, ``mean_sqrt_len_tokens`` and
+``weightedmean`` too; the methods themselves against sentence-transformers'
+``Pooling`` in ``tests/unit/test_seq_pooling_methods.py``); several modes
+concatenated are refused at start-up with a message naming them, instead of
 being served as another pooling. The values the engine computes from these
 settings are compared with ``SentenceTransformer.encode`` /
 ``CrossEncoder.predict`` in ``tests/e2e/test_fault_st_settings.py``."""
@@ -43,6 +46,7 @@ def saved(tmp_path_factory):
                                                                     max_seq_length=64, do_lower_case=None),
         "legacy_lasttoken": lambda p: st_saved.save_legacy(p, "lasttoken"),
         "legacy_weightedmean": lambda p: st_saved.save_legacy(p, "weightedmean_tokens"),
+        "legacy_cls+mean": lambda p: st_saved.save_legacy(p, ("cls_token", "mean_tokens")),
         "ce_identity": lambda p: st_saved.save_cross_encoder(p, "Identity", max_length=64),
         "ce_default_3_labels": lambda p: st_saved.save_cross_encoder(p, None, num_labels=3),
         "ce_default_1_label": lambda p: st_saved.save_cross_encoder(p, None),
@@ -64,6 +68,10 @@ def saved(tmp_path_factory):
     ("legacy_mean", "MEAN", True),
     ("legacy_cls_no_lower_case", "CLS", False),
     ("legacy_lasttoken", "LAST", True),
+    ("weightedmean", "WEIGHTEDMEAN", True),
+    ("max", "MAX", True),
+    ("mean_sqrt_len_tokens", "MEAN_SQRT_LEN", True),
+    ("legacy_weightedmean", "WEIGHTEDMEAN", True),
 ])
 def test_pooling_mode_and_normalize_are_read(real_config, saved, name, pooling, normalize):
     pooler = real_config(saved(name), "pooling").model_config.pooler_config
@@ -71,26 +79,31 @@ def test_pooling_mode_and_normalize_are_read(real_config, saved, name, pooling, 
     assert pooler.use_activation is normalize
 
 
-@pytest.mark.parametrize(("name", "mode"), [
-    ("weightedmean", "weightedmean"),
-    ("max", "max"),
-    ("mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
-    ("cls+mean", "['cls', 'mean']"),
-    ("legacy_weightedmean", "weightedmean"),
-])
-def test_pooling_modes_without_a_vllm_pooler_are_refused_at_startup(real_config, saved, name, mode):
+@pytest.mark.parametrize("name", ["cls+mean", "legacy_cls+mean"])
+def test_concatenated_pooling_modes_are_refused_at_startup(real_config, saved, name):
     with pytest.raises(ValueError) as e:
         real_config(saved(name), "pooling")
     message = str(e.value)
-    assert f"sentence-transformers pooling mode {mode}" in message
+    assert "sentence-transformers pooling modes ['cls', 'mean'] concatenated" in message
     assert "1_Pooling/config.json" in message and "seq_pooling_type" in message
 
 
 def test_pooling_mode_refused_unless_the_user_chooses_the_pooling(real_config, saved):
     from vllm.config import PoolerConfig
 
-    config = real_config(saved("weightedmean"), "pooling", pooler_config=PoolerConfig(seq_pooling_type="MEAN"))
+    config = real_config(saved("cls+mean"), "pooling", pooler_config=PoolerConfig(seq_pooling_type="MEAN"))
     assert config.model_config.pooler_config.seq_pooling_type == "MEAN"
+
+
+@pytest.mark.parametrize("pooling", ["MAX", "MEAN_SQRT_LEN", "WEIGHTEDMEAN"])
+def test_whole_prompt_poolings_turn_chunked_prefill_off_on_a_decoder(real_config, tiny_qwen3, pooling):
+    # like MEAN and CLS, these pool every token of the prompt at once
+    from vllm.config import PoolerConfig
+
+    config = real_config(tiny_qwen3, "pooling", pooler_config=PoolerConfig(seq_pooling_type=pooling))
+    assert config.model_config.attn_type == "decoder"
+    assert config.model_config.is_chunked_prefill_supported is False
+    assert config.model_config.is_prefix_caching_supported is False
 
 
 def test_dense_module_sets_the_embedding_size(real_config, saved):
