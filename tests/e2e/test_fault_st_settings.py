@@ -3,20 +3,24 @@ are served as ``SentenceTransformer.encode`` / ``CrossEncoder.predict``
 compute them, on the same saved files (``scripts.validation.st_saved``:
 tiny random BERTs, fp32), within 1e-4.
 
-Offline on MRV2 (vLLM's default, asserted) and, for one model, on V1
+Offline on MRV2 (vLLM's default, asserted) and on V1
 (``VLLM_USE_V2_MODEL_RUNNER=0``): the settings are read by the engine's
-config, whichever runner runs. Through ``vllm serve``: ``/v1/embeddings``
-and ``/score`` of the Dense model (not normalised, scored by dot
-product). Before 0045: Pooling(mean) + Normalize
-came back as normalised CLS, the Dense layer was missing (128 values
-instead of 64), lasttoken pooling was CLS and normalised, the maximum length
-was 512 instead of 128 (so a long text kept 512 tokens where
-sentence-transformers keeps 128), a dot-product model was scored by cosine,
-and a CrossEncoder saved with ``activation_fn=Identity()`` was scored with
-sigmoid (three labels: tests/unit/test_sentence_transformers_settings.py).
-The pooling modes ``max``, ``mean_sqrt_len_tokens`` and ``weightedmean``
-(before: refused at start-up by 0045, served as CLS by 0.26.0) on MRV2 and
-V1 alike."""
+config, whichever runner runs. Before 0045: Pooling(mean) + Normalize came
+back as normalised CLS, the Dense layer was missing (128 values instead of
+64), lasttoken pooling was CLS and normalised, the maximum length was 512
+instead of 128 (so a long text kept 512 tokens where sentence-transformers
+keeps 128), a dot-product model was scored by cosine, a CrossEncoder saved
+with ``activation_fn=Identity()`` was scored with sigmoid (three labels:
+tests/unit/test_sentence_transformers_settings.py), and the pooling modes
+``max``, ``mean_sqrt_len_tokens`` and ``weightedmean`` were served as CLS.
+
+The Dense model (Pooling(cls) + Dense(128->64, Tanh), not normalised,
+scored by dot product) is saved with prompts and ``default_prompt_name``
+too: text inputs get the default prompt, as ``encode`` prepends it
+(``LLM.embed``, ``LLM.encode``, ``LLM.score`` offline; ``/v1/embeddings``,
+``/pooling``, ``/score`` and Cohere ``/v2/embed``, where an ``input_type``
+chooses its own prompt instead, through ``vllm serve``); token ids are
+embedded as sent (before: every text was embedded without the prompt)."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ MAX_LEN = 128
 QUERY = "what is the capital of france"
 DOCS = ["paris is the capital and largest city of france", "the river flows north through the old town",
         "a man is playing a guitar"]
+PROMPTS = {"query": "query: ", "document": "passage: "}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +53,8 @@ def models(tmp_path_factory):
     return {
         "mean_normalize": st_saved.save_st(root / "mean", "mean", max_seq_length=MAX_LEN),
         "cls_dense_dot": st_saved.save_st(root / "cls-dense", "cls", dense=(64, "Tanh"), normalize=False,
-                                          max_seq_length=MAX_LEN, similarity_fn_name="dot"),
+                                          max_seq_length=MAX_LEN, similarity_fn_name="dot", prompts=PROMPTS,
+                                          default_prompt_name="query"),
         "lasttoken": st_saved.save_st(root / "last", "lasttoken", normalize=False, max_seq_length=MAX_LEN),
         "max": st_saved.save_st(root / "max", "max", normalize=False, max_seq_length=MAX_LEN),
         "mean_sqrt_len": st_saved.save_st(root / "mean-sqrt-len", "mean_sqrt_len_tokens", normalize=False,
@@ -63,7 +69,8 @@ def vllm_embed(llm, texts):
     return np.asarray([o.outputs.embedding for o in out], dtype=np.float32)
 
 
-@pytest.mark.parametrize(("name", "runner"), [("mean_normalize", "default"), ("cls_dense_dot", "default"),
+# the Dense model on MRV2: test_default_prompt_is_applied_to_text_offline
+@pytest.mark.parametrize(("name", "runner"), [("mean_normalize", "default"),
                                               ("lasttoken", "default"), ("cls_dense_dot", "v1"),
                                               ("max", "default"), ("max", "v1"),
                                               ("mean_sqrt_len", "default"), ("mean_sqrt_len", "v1"),
@@ -77,14 +84,6 @@ def test_embeddings_are_sentence_transformers(models, texts, in_process, name, r
     np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
 
 
-def test_bi_encoder_score_is_the_models_similarity(models, in_process):
-    model = models["cls_dense_dot"]
-    expected = st_saved.st_similarity(model, [QUERY] * len(DOCS), DOCS)
-    with vllm_runner(model) as llm:
-        got = [o.outputs.score for o in llm.score(QUERY, DOCS, use_tqdm=False)]
-    np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
-
-
 def test_cross_encoder_scores_are_predict(models, in_process):
     model = models["ce_identity"]
     expected = st_saved.ce_predict(model, [(QUERY, d) for d in DOCS])
@@ -93,18 +92,85 @@ def test_cross_encoder_scores_are_predict(models, in_process):
     np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
 
 
-def test_server_serves_the_dense_model_as_sentence_transformers(models, texts):
+# ------------------------------------------------------------------ Dense model with prompts
+
+@pytest.fixture(scope="module")
+def prompted_expected(models, texts):
+    """What sentence-transformers computes for the Dense model with prompts
+    (default ``query``): ``encode`` (the default prompt),
+    ``encode(prompt_name="document")``, ``encode(prompt="")`` (no prompt),
+    the pairwise similarity (dot product) of encoded QUERY and DOCS; and the
+    ids the tokenizer gives the texts with and without the default prompt."""
+    from transformers import AutoTokenizer
+
     model = models["cls_dense_dot"]
-    expected_vectors = st_saved.st_encode(model, texts)
-    expected_scores = st_saved.st_similarity(model, [QUERY] * len(DOCS), DOCS)
-    with VllmServer(model, name="st-cls-dense") as server:
+    tok = AutoTokenizer.from_pretrained(str(model))
+    return {
+        "default": st_saved.st_encode(model, texts),
+        "document": st_saved.st_encode(model, texts, prompt_name="document"),
+        "none": st_saved.st_encode(model, texts, prompt=""),
+        "scores": st_saved.st_similarity(model, [QUERY] * len(DOCS), DOCS),
+        "prompted_ids": [tok(PROMPTS["query"] + t, truncation=True, max_length=MAX_LEN)["input_ids"]
+                         for t in texts],
+        "text_ids": [tok(t, truncation=True, max_length=MAX_LEN)["input_ids"] for t in texts],
+    }
+
+
+def test_default_prompt_is_applied_to_text_offline(models, texts, prompted_expected, in_process):
+    from vllm.inputs import TextPrompt, TokensPrompt
+
+    expected = prompted_expected
+    # the prompt matters: without it, the embeddings are others
+    assert np.abs(expected["default"] - expected["none"]).max() > 1e-2
+    truncate = {"truncate_prompt_tokens": -1}
+    with vllm_runner(models["cls_dense_dot"]) as llm:
+        assert llm.llm_engine.vllm_config.model_config.max_model_len == MAX_LEN
+        embedded = llm.embed(texts, use_tqdm=False, tokenization_kwargs=truncate)
+        encoded = llm.encode([TextPrompt(prompt=t) for t in texts], pooling_task="embed", use_tqdm=False,
+                             tokenization_kwargs=truncate)
+        ids = llm.embed([TokensPrompt(prompt_token_ids=i) for i in expected["text_ids"]], use_tqdm=False)
+        scores = [o.outputs.score for o in llm.score(QUERY, DOCS, use_tqdm=False)]
+    assert [o.prompt_token_ids for o in embedded] == expected["prompted_ids"]
+    for got in ([o.outputs.embedding for o in embedded], [o.outputs.data.tolist() for o in encoded]):
+        got = np.asarray(got, dtype=np.float32)
+        assert got.shape == (len(texts), 64)
+        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+    # token ids are embedded as they are
+    assert [o.prompt_token_ids for o in ids] == expected["text_ids"]
+    got = np.asarray([o.outputs.embedding for o in ids], dtype=np.float32)
+    np.testing.assert_allclose(got, expected["none"], rtol=0, atol=TOL)
+    np.testing.assert_allclose(scores, expected["scores"], rtol=0, atol=TOL)
+
+
+def test_server_serves_the_dense_model_with_its_default_prompt(models, texts, prompted_expected):
+    expected = prompted_expected
+
+    def vectors(response, key):
+        assert response.status_code == 200, response.text
+        data = response.json()
+        rows = data[key]["float"] if key == "embeddings" else [d[key] for d in data["data"]]
+        return np.asarray(rows, dtype=np.float32)
+
+    with VllmServer(models["cls_dense_dot"], name="st-cls-dense") as server:
         assert server.runner() == "MRV2"
-        r = requests.post(server.url("/v1/embeddings"),
-                          json={"input": texts, "truncate_prompt_tokens": -1}, timeout=120)
-        assert r.status_code == 200, r.text
-        got = np.asarray([d["embedding"] for d in r.json()["data"]], dtype=np.float32)
-        np.testing.assert_allclose(got, expected_vectors, rtol=0, atol=TOL)
-        r = requests.post(server.url("/score"), json={"queries": QUERY, "documents": DOCS}, timeout=120)
+
+        def post(path, body):
+            return requests.post(server.url(path), json=body, timeout=120)
+
+        got = vectors(post("/v1/embeddings", {"input": texts, "truncate_prompt_tokens": -1}), "embedding")
+        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+        got = vectors(post("/pooling", {"input": texts, "task": "embed", "truncate_prompt_tokens": -1}), "data")
+        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+        # Cohere: no input_type is the default prompt, an input_type its own prompt
+        cohere = {"texts": texts, "embedding_types": ["float"], "truncate": "END"}
+        got = vectors(post("/v2/embed", cohere), "embeddings")
+        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+        got = vectors(post("/v2/embed", {**cohere, "input_type": "document"}), "embeddings")
+        np.testing.assert_allclose(got, expected["document"], rtol=0, atol=TOL)
+        # token ids are embedded as they are
+        got = vectors(post("/v1/embeddings", {"input": expected["text_ids"]}), "embedding")
+        np.testing.assert_allclose(got, expected["none"], rtol=0, atol=TOL)
+        r = post("/score", {"queries": QUERY, "documents": DOCS})
         assert r.status_code == 200, r.text
         scores = [d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
-        np.testing.assert_allclose(scores, expected_scores, rtol=0, atol=TOL)
+        np.testing.assert_allclose(scores, expected["scores"], rtol=0, atol=TOL)

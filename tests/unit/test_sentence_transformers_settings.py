@@ -17,7 +17,9 @@ has a vLLM sequence pooling type (``max``, ``mean_sqrt_len_tokens`` and
 ``weightedmean`` too; the methods themselves against sentence-transformers'
 ``Pooling`` in ``tests/unit/test_seq_pooling_methods.py``); several modes
 concatenated are refused at start-up with a message naming them, instead of
-being served as another pooling. The values the engine computes from these
+being served as another pooling. A Pooling module that excludes the prompt's
+tokens (``include_prompt: false``) of a model with prompts is refused at
+start-up: vLLM pools every token of the input. The values the engine computes from these
 settings are compared with ``SentenceTransformer.encode`` /
 ``CrossEncoder.predict`` in ``tests/e2e/test_fault_st_settings.py``."""
 
@@ -47,6 +49,9 @@ def saved(tmp_path_factory):
         "legacy_lasttoken": lambda p: st_saved.save_legacy(p, "lasttoken"),
         "legacy_weightedmean": lambda p: st_saved.save_legacy(p, "weightedmean_tokens"),
         "legacy_cls+mean": lambda p: st_saved.save_legacy(p, ("cls_token", "mean_tokens")),
+        "prompts_excluded": lambda p: st_saved.save_st(p, "mean", prompts={"query": "query: "},
+                                                       default_prompt_name="query", include_prompt=False),
+        "no_prompt_excluded": lambda p: st_saved.save_st(p, "mean", include_prompt=False),
         "ce_identity": lambda p: st_saved.save_cross_encoder(p, "Identity", max_length=64),
         "ce_default_3_labels": lambda p: st_saved.save_cross_encoder(p, None, num_labels=3),
         "ce_default_1_label": lambda p: st_saved.save_cross_encoder(p, None),
@@ -132,3 +137,34 @@ def test_cross_encoder_activation_is_read(real_config, saved, name, activation):
 
     config = real_config(saved(name), "pooling")
     assert type(get_act_fn(config.model_config.hf_config)).__name__ == activation
+
+
+def test_prompt_excluded_from_pooling_is_refused_at_startup(real_config, saved):
+    # Pooling(include_prompt=False): sentence-transformers pools the text without the
+    # prompt's tokens; vLLM would pool them with the rest
+    with pytest.raises(ValueError) as e:
+        real_config(saved("prompts_excluded"), "pooling")
+    message = str(e.value)
+    assert "include_prompt: false" in message and "1_Pooling/config.json" in message
+    assert "'query: '" in message and "include_prompt to true" in message
+
+
+def test_include_prompt_false_without_prompts_is_served(real_config, saved):
+    # no prompt to exclude: sentence-transformers pools every token, as vLLM does
+    pooler = real_config(saved("no_prompt_excluded"), "pooling").model_config.pooler_config
+    assert pooler.seq_pooling_type == "MEAN"
+
+
+def test_default_prompt_name_without_its_prompt_is_refused_at_startup(real_config, saved, tmp_path):
+    # sentence-transformers refuses to load such a model ("Default prompt name ... not found")
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(saved("mean_normalize"), model)
+    st_config = json.loads((model / "config_sentence_transformers.json").read_text())
+    st_config.update(prompts={"query": "query: "}, default_prompt_name="passage")
+    (model / "config_sentence_transformers.json").write_text(json.dumps(st_config))
+    with pytest.raises(ValueError) as e:
+        real_config(str(model), "pooling")
+    assert "default_prompt_name 'passage'" in str(e.value) and "['query']" in str(e.value)
