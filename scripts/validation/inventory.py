@@ -35,7 +35,9 @@ PROCESSOR = ("multimodal: needs the model's own tokenizer and processor files ({
              "package ships; not built locally in this revision")
 
 NOT_INSTANTIABLE: dict[str, str] = {
-    "jina:JinaForRanking": REMOTE.format("jinaai/jina-reranker-v3; its pooler hard-codes Qwen token ids 151670/1"),
+    "jina:JinaForRanking": ("no transformers reference: jinaai/jina-reranker-v3's scores come from its remote "
+                            "modeling code, which no installed package ships (a tiny checkpoint in its layout, "
+                            "zoo_published.make_jina_reranker, serves tests/e2e/test_fault_jina_reranker.py)"),
     "jina:JinaEmbeddingsV5Model": REMOTE.format("jinaai/jina-embeddings-v5 (task LoRA adapters)"),
     "voyage:VoyageQwen3BidirectionalEmbedModel": REMOTE.format("voyageai's bidirectional Qwen3"),
     "nemotron_nas:DeciLMForCausalLM": REMOTE.format("nvidia Nemotron-NAS (DeciLM)"),

@@ -26,7 +26,15 @@ name and reads the remote-code field names:
   ``linear`` beside them;
 - ``SiglipEmbeddingModel``: transformers' ``SiglipConfig``, with a
   ``SiglipProcessor`` whose SentencePiece tokenizer is trained here on the
-  STS-B sentences.
+  STS-B sentences;
+- ``JinaForRanking`` (jina-reranker-v3): a Qwen3 backbone under ``model.``
+  and its two-layer ``projector``, transformers' ``Qwen3Config`` (published
+  with remote modeling code; no transformers class computes its scores, so
+  it serves tests of vLLM's own scoring paths, not the matrix). vLLM's pooler
+  finds the documents and the query by Qwen's token ids 151670
+  (``<|embed_token|>``) and 151671 (``<|rerank_token|>``): the tokenizer is
+  MiniLM's WordPiece with its vocabulary padded by unused tokens up to
+  151,670 and those two tokens added there (``jina_ranking_tokenizer``).
 """
 
 from __future__ import annotations
@@ -191,3 +199,61 @@ def make_siglip(dest: Path, image_size: int = 32, patch_size: int = 8, seed: int
     torch.manual_seed(seed)
     model = transformers.SiglipModel(config).to(torch.float32).eval()
     return save_model_and_processor(dest, model, processor)
+
+
+# vLLM's JinaForRankingPool: the document and query embedding tokens, by id (Qwen's)
+JINA_RANKING_TOKENS = {"<|embed_token|>": 151670, "<|rerank_token|>": 151671}
+
+
+def jina_ranking_tokenizer(tmp: Path) -> int:
+    """Write into ``tmp`` MiniLM's tokenizer (WordPiece, [CLS] ... [SEP])
+    with its vocabulary padded by ``[unused-N]`` tokens up to 151,670 and
+    ``JINA_RANKING_TOKENS`` added as special tokens at their ids; return the
+    vocabulary size (151,672)."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    from scripts.validation.models import minilm_path
+
+    minilm = AutoTokenizer.from_pretrained(str(minilm_path()))
+    spec = json.loads(minilm.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    first = min(JINA_RANKING_TOKENS.values())
+    vocab.update({f"[unused-{i}]": i for i in range(len(vocab), first)})
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), unk_token="[UNK]",
+                                  sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+                                  model_max_length=512)
+    tok.add_special_tokens({"additional_special_tokens": list(JINA_RANKING_TOKENS)})
+    for token, token_id in JINA_RANKING_TOKENS.items():
+        if tok.convert_tokens_to_ids(token) != token_id:
+            raise RuntimeError(f"{token} got id {tok.convert_tokens_to_ids(token)}, not {token_id}")
+    tok.save_pretrained(tmp)
+    return len(tok)
+
+
+def make_jina_reranker(dest: Path, seed: int = 0) -> Path:
+    """jina-reranker-v3's layout (``JinaForRanking``): transformers'
+    ``Qwen3Model`` (2 layers, hidden 64, 2 heads of 64, one KV head: a small
+    hidden size, as the embedding table has 151,672 rows) under ``model.``,
+    the projector ``projector.0`` (64 -> 32) and ``projector.2`` (32 -> 512,
+    vLLM's JinaForRankingConfig sets embedding_size 512), random, with
+    ``jina_ranking_tokenizer``'s tokenizer; reused when present."""
+    dest = Path(dest)
+    if (dest / "config.json").exists():
+        return dest
+    import torch
+    from safetensors.torch import save_file
+
+    with atomic_dir(dest) as tmp:
+        vocab_size = jina_ranking_tokenizer(tmp)
+        config = dict(TINY, hidden_size=64, intermediate_size=128, num_key_value_heads=1, head_dim=64,
+                      max_position_embeddings=512, vocab_size=vocab_size, tie_word_embeddings=False)
+        model = _model("Qwen3Config", "Qwen3Model", seed, config)
+        generator = torch.Generator().manual_seed(seed + 1)
+        weights = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
+        weights["projector.0.weight"] = torch.randn(32, 64, generator=generator) / 8.0
+        weights["projector.2.weight"] = torch.randn(512, 32, generator=generator) / 32**0.5
+        model.config.architectures = ["JinaForRanking"]
+        model.config.save_pretrained(tmp)
+        save_file(weights, str(tmp / "model.safetensors"))
+    return dest

@@ -8,13 +8,17 @@ Item 2: ``use_activation=False`` switches off the task's final activation
 ``LLM.classify`` and ``LLM.score`` returned transformers' logit without that
 layer.
 
-Item 4: a long pair left-truncated to 24 tokens keeps only document tokens,
-so every kept token has type 1. Before 0023 the offline ``LLM.score`` path
-took the type boundary from the untruncated pair (the first 7 kept tokens
-typed 0); the server's ``/score`` and ``/rerank`` pre-processing (driven
-here through the same io-processor the server builds, on this engine) was
-right and must stay so. The pair checks need the token types to reach the
-model: MRV2 passes them since 0010."""
+Item 4: a long pair truncated to 24 tokens keeps the tokens, and the token
+types, that ``tokenizer(query, document, truncation=True, max_length=24)``
+keeps with that truncation side: [CLS] query [SEP] the document's first
+(``"right"``) or last (``"left"``) tokens [SEP] (issue 28 item 3, patch
+0046; before it the pair's ids were sliced, and this test expected the
+slice: "left" kept the last 24 tokens, document tokens only, without [CLS]
+and the query). Before 0023 the offline ``LLM.score`` path took the type
+boundary from the untruncated pair; the server's ``/score`` and ``/rerank``
+pre-processing (driven here through the same io-processor the server
+builds, on this engine) was right and must stay so. The pair checks need
+the token types to reach the model: MRV2 passes them since 0010."""
 
 from __future__ import annotations
 
@@ -95,21 +99,27 @@ def test_score_activation_off_is_the_logit(engine, hf):
     np.testing.assert_allclose(np.array([o.outputs.score for o in on]), sigmoid(logits), rtol=0, atol=TOL)
 
 
-def truncated_reference(hf):
-    """transformers on the last TRUNCATE tokens of the pair, with the types
-    those tokens have in the pair (all 1: document tokens only)."""
-    tok, _ = hf
-    enc = tok(QUERY, LONG_DOC)
-    ids, types = enc["input_ids"][-TRUNCATE:], enc["token_type_ids"][-TRUNCATE:]
-    assert len(enc["input_ids"]) > TRUNCATE + 10 and set(types) == {1}
+def truncated_reference(hf, side):
+    """transformers' tokenizer truncating the pair to TRUNCATE tokens from
+    ``side`` (its default strategy, longest_first) and the model's score of
+    what it keeps: (ids, sigmoid of the logit)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(hf[0].name_or_path, truncation_side=side)
+    enc = tok(QUERY, LONG_DOC, truncation=True, max_length=TRUNCATE)
+    ids, types = enc["input_ids"], enc["token_type_ids"]
+    assert len(tok(QUERY, LONG_DOC)["input_ids"]) > TRUNCATE + 10
+    assert len(ids) == TRUNCATE and ids[0] == tok.cls_token_id and ids[-1] == tok.sep_token_id
+    assert set(types) == {0, 1}
     return ids, float(sigmoid(hf_logit(hf, ids, types)))
 
 
-def test_left_truncated_pair_offline_score(engine, hf):
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_truncated_pair_offline_score(engine, hf, side):
     _, llm = engine
-    ids, expected = truncated_reference(hf)
+    ids, expected = truncated_reference(hf, side)
     out = llm.score(QUERY, LONG_DOC, use_tqdm=False,
-                    tokenization_kwargs={"truncate_prompt_tokens": TRUNCATE, "truncation_side": "left"})
+                    tokenization_kwargs={"truncate_prompt_tokens": TRUNCATE, "truncation_side": side})
     assert out[0].prompt_token_ids == ids
     assert abs(out[0].outputs.score - expected) <= TOL
 
@@ -129,15 +139,16 @@ def serve(llm, request_obj):
     return [p["prompt_token_ids"] for p in prompts], [o.outputs.probs[0] for o in outputs]
 
 
-def test_left_truncated_pair_server_score_and_rerank(engine, hf):
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_truncated_pair_server_score_and_rerank(engine, hf, side):
     from vllm.entrypoints.pooling.scoring.protocol import RerankRequest, ScoreDataRequest
 
     _, llm = engine
-    ids, expected = truncated_reference(hf)
+    ids, expected = truncated_reference(hf, side)
     for req in (ScoreDataRequest(model="tiny", data_1=QUERY, data_2=[LONG_DOC],
-                                 truncate_prompt_tokens=TRUNCATE, truncation_side="left"),
+                                 truncate_prompt_tokens=TRUNCATE, truncation_side=side),
                 RerankRequest(model="tiny", query=QUERY, documents=[LONG_DOC],
-                              truncate_prompt_tokens=TRUNCATE, truncation_side="left")):
+                              truncate_prompt_tokens=TRUNCATE, truncation_side=side)):
         got_ids, scores = serve(llm, req)
         assert got_ids == [ids], type(req).__name__
         assert abs(scores[0] - expected) <= TOL, type(req).__name__

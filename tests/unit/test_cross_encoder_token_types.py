@@ -11,6 +11,14 @@ renderer of a real config, tiny BERT cross-encoder). Before 0023 the offline
 path kept the type boundary of the untruncated pair: a pair left-truncated
 to its last 24 tokens (document tokens only, all type 1) had its first 7
 tokens typed 0.
+
+A text pair with an explicit ``truncation_side`` is cut as the tokenizer
+cuts it (patch 0046): ``tokenizer(query, document, truncation=True,
+max_length=24)`` with that side, the tokenizer's default strategy for pairs
+(longest_first), [CLS] and both [SEP] kept, the types the tokenizer gives.
+Before 0046 the pair's ids were sliced: "left" kept the last 24 tokens (no
+[CLS], no query), "right" the first 24 (no closing [SEP]); this test's
+expectation until 0046 was that slicing, typed by position.
 """
 
 from __future__ import annotations
@@ -77,13 +85,13 @@ def io_processor(real_config, cross_encoder):
     return CrossEncoderIOProcessor(config, renderer_from_config(config), ChatTemplateConfig())
 
 
-def offline_inputs(io):
+def offline_inputs(io, side):
     """What ``LLM.score(QUERY, LONG_DOC, tokenization_kwargs=...)`` renders."""
     from vllm.entrypoints.pooling.typing import OfflineScoringInputsContext
 
     ctx = OfflineScoringInputsContext(
         pooling_task="classify", tokenization_kwargs={"truncate_prompt_tokens": TRUNCATE,
-                                                      "truncation_side": "left"},
+                                                      "truncation_side": side},
         lora_request=None, priorities=None, scoring_data=io.valid_inputs(QUERY, LONG_DOC),
         chat_template=None, pooling_params=PoolingParams(task="classify"))
     factory, n = io.get_request_factory_offline(ctx)
@@ -103,17 +111,25 @@ def server_inputs(io, request):
     return engine_input["prompt_token_ids"], params
 
 
-def test_every_cross_encoder_path_types_the_kept_tokens(io_processor, pair):
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_every_cross_encoder_path_types_the_kept_tokens(io_processor, cross_encoder, side):
+    from transformers import AutoTokenizer
+
     from vllm.entrypoints.pooling.scoring.protocol import RerankRequest, ScoreDataRequest
 
-    ids, types = pair
-    kept_ids = ids[-TRUNCATE:]
-    # The first kept token of type 1: every kept token is a document token.
-    boundary = types[-TRUNCATE:].index(1)
-    assert boundary == 0
-    common = dict(model="tiny", truncate_prompt_tokens=TRUNCATE, truncation_side="left")
+    tok = AutoTokenizer.from_pretrained(cross_encoder, truncation_side=side)
+    enc = tok(QUERY, LONG_DOC, truncation=True, max_length=TRUNCATE)
+    kept_ids, types = enc["input_ids"], enc["token_type_ids"]
+    # [CLS] query [SEP] document [SEP], the document cut (longest_first)
+    query_ids = tok(QUERY, add_special_tokens=False)["input_ids"]
+    assert len(kept_ids) == TRUNCATE and kept_ids[0] == tok.cls_token_id and kept_ids[-1] == tok.sep_token_id
+    assert kept_ids[1:len(query_ids) + 2] == [*query_ids, tok.sep_token_id]
+    # the first token of type 1: the document's first kept token
+    boundary = types.index(1)
+    assert boundary == len(query_ids) + 2 and set(types[boundary:]) == {1}
+    common = dict(model="tiny", truncate_prompt_tokens=TRUNCATE, truncation_side=side)
     paths = {
-        "offline": offline_inputs(io_processor),
+        "offline": offline_inputs(io_processor, side),
         "/score": server_inputs(io_processor, ScoreDataRequest(data_1=QUERY, data_2=[LONG_DOC], **common)),
         "/rerank": server_inputs(io_processor, RerankRequest(query=QUERY, documents=[LONG_DOC], **common)),
     }
