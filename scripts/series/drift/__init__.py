@@ -82,18 +82,20 @@ from scripts.series.drift.classify import (MIN_CONTEXT, STATUSES, Result, Target
                                            enclosing, hunk_scope, orphaned, release_target, touched_files,
                                            tree_target)
 from scripts.series.drift.cli import main
-from scripts.series.drift.releases import (PLATFORM, PROJECTS, DriftError, Fetched, fetch_release, index_versions,
-                                           newer_releases, release_sources, tree_version)
+from scripts.series.drift.releases import (PROJECTS, DriftError, Fetched, fetch_release, index_versions,
+                                           newer_releases, platform_args, release_sources, tree_version)
 from scripts.series.drift.report import details, exit_status, table, to_json, to_junit, write_drift_reports
-from scripts.series.drift.upstream import (PATCH_TESTS, TEST_OUTCOMES, TestRun, outcomes_by_patch, patch_tests,
+from scripts.series.drift.upstream import (TEST_OUTCOMES, TestRun, outcomes_by_patch, patch_tests,
                                            run_patch_tests, shadow_repo, test_upstream, upstream_summary,
-                                           write_upstream_reports)
+                                           upstream_target_name, write_upstream_reports)
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 
-__all__ = ["MIN_CONTEXT", "PATCH_TESTS", "PLATFORM", "PROJECTS", "STATUSES", "TEST_OUTCOMES", "DriftError",
+__all__ = ["MIN_CONTEXT", "PROJECTS", "STATUSES", "TEST_OUTCOMES", "DriftError",
            "Fetched", "FileDiff", "Hunk", "Result", "TargetReport", "TestRun", "classify", "details",
            "drift_target", "enclosing", "exit_status", "fetch_release", "hunk_scope", "index_versions", "main",
-           "newer_releases", "orphaned", "outcomes_by_patch", "parse_diff", "patch_tests", "release_sources",
+           "newer_releases", "orphaned", "outcomes_by_patch", "parse_diff", "patch_tests", "platform_args",
+           "release_sources",
            "release_target", "run_patch_tests", "shadow_repo", "table", "test_upstream", "to_json", "to_junit",
-           "touched_files", "tree_target", "tree_version", "upstream_summary", "write_drift_reports",
+           "touched_files", "tree_target", "tree_version", "upstream_summary", "upstream_target_name",
+           "write_drift_reports",
            "write_upstream_reports"]

