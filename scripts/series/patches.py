@@ -1,5 +1,5 @@
 """The patch series of a line: apply it to the line's pinned base, refresh a
-patch from edits in ``vllm/``, lint it.
+patch from edits in ``vllm/``, lint it, move it to a new base.
 
 Command line (``--line``: a line of ``patches/``, default ``$VDIST_LINE``,
 else ``patches/lines.toml``'s default; for ``refresh`` and ``status`` the
@@ -10,6 +10,8 @@ line ``vllm/`` was applied from)::
     python -m scripts.series [--line L] new TOPIC --author A --description D   # NNNN-TOPIC.patch, next free number
     python -m scripts.series refresh [PATCH]        # topmost patch by default
     python -m scripts.series [--line L] lint
+    python -m scripts.series rebase --from 0.26.0 --onto 0.32.0 [--drop NNNN=RELEASE]
+    python -m scripts.series rebase --continue | --abort
 
 A line's ``series`` is quilt's format: one patch file name a line, ``#``
 comments and blank lines ignored, an optional ``-p1`` after the name (the only
@@ -21,7 +23,7 @@ another line replaces it only when it holds no unrefreshed edits.
 
 The mechanisms live in ``lines`` (the lines, patch numbers), ``patchfile``
 (patch files, DEP-3, lint), ``diff`` (the diff parser), ``tree`` (apply,
-status) and ``refresh`` (new, refresh); this module is the
+status), ``refresh`` (new, refresh) and ``rebase``; this module is the
 command line and keeps their public names importable from
 ``scripts.series.patches`` (``setup.py`` and the tests import them here).
 """
@@ -75,9 +77,10 @@ def lint_line(line: str | None = None, collect: bool = True) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.series {apply,status,new,refresh,lint}`` (see the
-    module docstring); returns the exit status: 1 for a series error, a lint
-    problem, or (``status``) a ``vllm/`` holding edits or not made by apply."""
+    """``python -m scripts.series {apply,status,new,refresh,lint,rebase}`` (see
+    the module docstring); returns the exit status: 1 for a series error, a
+    lint problem, or (``status``) a ``vllm/`` holding edits or not made by
+    apply; ``rebase`` 1 when it stopped at a patch it cannot carry."""
     parser = argparse.ArgumentParser(prog="python -m scripts.series", description=__doc__.split("\n\n")[0])
     parser.add_argument("--line", default=None,
                         help="a line of patches/ (default: $VDIST_LINE, else patches/lines.toml's default)")
@@ -102,10 +105,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="DEP-3 Forwarded: no (default), not-needed (distribution-specific), or a URL")
     sub.add_parser("lint", help="check patches/, the line's series, patch numbers, DEP-3 headers and tests "
                                 "map, then a strict apply to every flavor")
+    p = sub.add_parser("rebase", help="move a line's series onto a newer upstream release as a new line")
+    from scripts.series.rebase import add_arguments
+
+    add_arguments(p)
     args = parser.parse_args(argv)
     try:
         if args.cmd == "apply":
             base = load_base(args.line)
+            _refuse_during_rebase(args.out)
             before = tree_state(args.out, base, args.flavor)
             out = apply_series(args.flavor, args.out, base=base, force=args.force)
             n = len(read_series(base.dir / "series"))
@@ -115,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"applied line {base.line}: {n} patches to vllm {base.version} ({args.flavor}) -> {out}")
         elif args.cmd == "status":
             out = REPO / "vllm"
+            from scripts.series.rebase import rebase_in_progress
+
+            progress = rebase_in_progress()
+            if progress:
+                print(f"vllm/: {progress}")
+                return 1
             base = load_base(_tree_line(out, args.line))
             flavor = args.flavor or stamped_flavor(out) or "cpu"
             state = tree_state(out, base, flavor)
@@ -127,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   "edit vllm/, then: python -m scripts.series refresh")
         elif args.cmd == "refresh":
             out = REPO / "vllm"
+            _refuse_during_rebase(out)
             base = load_base(_tree_line(out, args.line))
             flavor = args.flavor or stamped_flavor(out) or "cpu"
             print(f"refreshed {refresh(args.patch, out, flavor=flavor, base=base)}")
@@ -144,10 +159,23 @@ def main(argv: list[str] | None = None) -> int:
             for p in problems:
                 print(f"error: {p}", file=sys.stderr)
             return 1 if problems else 0
+        elif args.cmd == "rebase":
+            from scripts.series.rebase import run_command
+
+            return run_command(args)
     except (SeriesError, BaseError, LineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _refuse_during_rebase(out: Path) -> None:
+    """``SeriesError`` when ``out`` is the working tree of a rebase in progress."""
+    from scripts.series.rebase import rebase_in_progress
+
+    progress = rebase_in_progress()
+    if progress and Path(out).resolve() == (REPO / "vllm").resolve():
+        raise SeriesError(f"vllm/ is the working tree of {progress}")
 
 
 if __name__ == "__main__":

@@ -441,7 +441,7 @@ def test_release_lists_are_kept_for_runs_without_the_network(tmp_path, capsys):
     index = tmp_path / "index"
     index.mkdir()
     for version in ("1.0.0", "1.1.0"):
-        make_wheel(index / f"fakevllm-{version}-py3-none-any.whl", FAKE_FILES)
+        make_wheel(index / f"fakevllm-{version}-py3-none-any.whl", FAKE_FILES, version)
     cache = tmp_path / "cache"
     local = ("--no-index", "--find-links", str(index))
     assert index_versions("fakevllm", local, cache) == [Version("1.1.0"), Version("1.0.0")]
