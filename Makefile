@@ -70,7 +70,8 @@ help:
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both); a report,"
-	@echo "                  not a gate; offline after its first run (downloads are cached)"
+	@echo "                  not a gate; offline after its first run (downloads are cached); DRIFT_ARGS=--three-way:"
+	@echo "                  each patch merged three ways, as python -m scripts.series rebase carries it"
 	@echo "make test-upstream each patch's mapped tests on unpatched releases (RELEASES=a,b) or an upstream"
 	@echo "                  checkout (UPSTREAM=path): where upstream carries a patch (reports/drift-upstream.*)"
 	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
@@ -179,8 +180,9 @@ matrix: install tree
 # when a patch conflicts (what needs a maintainer), 2 when a target cannot be prepared.
 UPSTREAM ?=
 RELEASES ?=
+DRIFT_ARGS ?=
 drift: env
-	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
+	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES)) $(DRIFT_ARGS)
 
 # Each patch's mapped tests (the line's tests.toml) on the unpatched releases
 # (RELEASES=a,b; all newer ones by default) or an upstream checkout (UPSTREAM=path).

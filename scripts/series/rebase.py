@@ -304,8 +304,10 @@ def _commit_tree(paths: Paths, tree_dir: Path, message: str, parent: str | None)
     return _git(paths, args, work_tree=tree_dir).stdout.strip()
 
 
-def _init_repository(paths: Paths, old: Base, old_names: list[str], new_wheel: Path) -> dict[str, str]:
-    """The repository of step 2; returns ``{patch: its commit on old}``."""
+def _init_repository(paths: Paths, old: Base, old_names: list[str], new_sources: Path,
+                     new_name: str) -> dict[str, str]:
+    """The repository of step 2 (``new_sources``: a directory holding the new
+    base's ``vllm/`` Python sources); returns ``{patch: its commit on old}``."""
     _git(paths, ["init", "-q"], work_tree=paths.state_dir)
     for key, value in (("user.name", "rebase"), ("user.email", "rebase@localhost"), ("commit.gpgsign", "false"),
                        ("merge.conflictStyle", "diff3"), ("core.autocrlf", "false"), ("gc.auto", "0")):
@@ -325,16 +327,17 @@ def _init_repository(paths: Paths, old: Base, old_names: list[str], new_wheel: P
             _git(paths, ["commit", "-q", "--allow-empty", "-F", "-"], work_tree=old_tree,
                  input=f"{name}\n\n{header}")
             commits[name] = _git(paths, ["rev-parse", "HEAD"], work_tree=old_tree).stdout.strip()
-        new_tree = _extract_sources(new_wheel, Path(tmp) / "new")
-        base_new = _commit_tree(paths, new_tree, f"vLLM {new_wheel.name}: the new base", base_old)
+        new_tree = new_sources / "vllm"
+        base_new = _commit_tree(paths, new_tree, f"vLLM {new_name}: the new base", base_old)
         _git(paths, ["update-ref", "refs/tags/base-new", base_new], work_tree=new_tree)
         _git(paths, ["update-ref", "refs/heads/new", base_new], work_tree=new_tree)
     return commits
 
 
-def _prepare_work_tree(paths: Paths, new_wheel: Path) -> None:
+def _prepare_work_tree(paths: Paths, new_wheel: Path | None) -> None:
     """``vllm/`` becomes branch ``new`` checked out, with the new base's
-    compiled extensions beside the sources (importable while resolving)."""
+    compiled extensions beside the sources (importable while resolving;
+    none without ``new_wheel``)."""
     if paths.work_tree.exists():
         shutil.rmtree(paths.work_tree)
     stamp = paths.work_tree.parent / f".{paths.work_tree.name}.applied"
@@ -342,6 +345,8 @@ def _prepare_work_tree(paths: Paths, new_wheel: Path) -> None:
     paths.work_tree.mkdir(parents=True)
     _git(paths, ["symbolic-ref", "HEAD", "refs/heads/new"])
     _git(paths, ["reset", "-q", "--hard", "new"])
+    if new_wheel is None:
+        return
     with tempfile.TemporaryDirectory(dir=paths.state_dir, prefix="ext-") as tmp:
         for name in extract_wheel(new_wheel, Path(tmp), lambda n: n.startswith("vllm/") and n.endswith(".so")):
             target = paths.work_tree / name.removeprefix("vllm/")
@@ -488,8 +493,8 @@ def _stop_message(paths: Paths, state: State, old: Base, name: str) -> str:
     number = patch_number(name) or name
     return "\n".join([
         f"rebase of line {state.from_line} onto {state.onto} stopped at {name} (patch {state.next + 1} of "
-        f"{len(state.patches)}): it does not merge into vLLM {state.onto} + the {len(state.carried)} patches "
-        "carried so far",
+        f"{len(state.patches)}): it does not merge into vLLM {state.onto} + the {len(state.carried)} "
+        f"patch{'' if len(state.carried) == 1 else 'es'} carried so far",
         *(f"  {line}" for line in describe_conflicts(paths, old.dir / name)),
         "vllm/ holds the merge, with git's markers in diff3 style (<<<<<<< the new tree, ||||||| the old one, "
         "======= then the patch's side, >>>>>>>). Resolve them in vllm/, then:",
@@ -498,6 +503,43 @@ def _stop_message(paths: Paths, state: State, old: Base, name: str) -> str:
         f"--drop {number}=<the release that carries it>",
         "or give the rebase up: python -m scripts.series rebase --abort",
     ])
+
+
+def survey(old: Base, source_root: Path, target, work: Path, names: list[str] | None = None) -> list[tuple]:
+    """What a rebase of line ``old`` onto the sources in ``source_root`` (a
+    directory holding ``vllm/``: a release's, or an upstream checkout's) would
+    do with each patch, without stopping and without touching ``vllm/`` or
+    ``patches/``: ``(patch, status, reason, hunks)`` in series order, status
+    ``upstream`` (its Applied-Upstream header names a release no newer than
+    ``target``, a ``packaging`` Version or None for unknown-and-newest; or the
+    three-way merge leaves nothing to change), ``applies`` (the three-way
+    merge is clean; the patch is kept for the ones after it) or ``conflicts``
+    (the files and hunks, as ``rebase`` names them; the patch is left out, as
+    ``rebase --continue --drop`` would). ``work`` is a scratch directory."""
+    paths = Paths(old.dir.parent, work / "vllm", work / "state")
+    paths.state_dir.mkdir(parents=True)
+    names = read_series(old.dir / "series") if names is None else names
+    commits = _init_repository(paths, old, names, Path(source_root), str(target or "upstream"))
+    _prepare_work_tree(paths, None)
+    out = []
+    for name in names:
+        release = applied_upstream(Patch.read(old.dir / name).fields())
+        if release is not None and (target is None or release <= target):
+            out.append((name, "upstream", f"Applied-Upstream: {release}", []))
+            continue
+        _git(paths, ["cherry-pick", "--no-commit", commits[name]], check=False)
+        if _conflicts(paths):
+            hunks = describe_conflicts(paths, old.dir / name)
+            files = sorted({h.split(":", 1)[0] for h in hunks})
+            out.append((name, "conflicts", f"the three-way merge conflicts in {', '.join(files)}", hunks))
+            _git(paths, ["reset", "-q", "--hard", "HEAD"])
+        elif _git(paths, ["diff", "--cached", "--quiet"], check=False).returncode == 0:
+            out.append((name, "upstream", "the three-way merge leaves nothing to change", []))
+            _git(paths, ["reset", "-q", "--hard", "HEAD"])
+        else:
+            _git(paths, ["commit", "-q", "-C", commits[name]])
+            out.append((name, "applies", "the three-way merge is clean", []))
+    return out
 
 
 # --- the commands --------------------------------------------------------------------------
@@ -536,13 +578,16 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
     try:
         paths.staged.mkdir()
         (paths.staged / "base.toml").write_text(base_toml)
-        commits = _init_repository(paths, old, names, wheels.get("cpu") or next(iter(wheels.values())))
+        new_wheel = wheels.get("cpu") or next(iter(wheels.values()))
+        with tempfile.TemporaryDirectory(dir=paths.state_dir, prefix="new-") as tmp:
+            _extract_sources(new_wheel, Path(tmp))
+            commits = _init_repository(paths, old, names, Path(tmp), onto)
         passing = []
         if run_tests:
             passing = _passing_upstream(old, onto, names, pip_args)
         state = State(from_line, onto, names, commits, named_drops=drops, passing_upstream=passing,
                       vllm_before=None if state_of_tree == "absent" else from_line)
-        _prepare_work_tree(paths, wheels.get("cpu") or next(iter(wheels.values())))
+        _prepare_work_tree(paths, new_wheel)
         state.save(paths)
     except BaseException:
         if not paths.state_file.exists():

@@ -9,6 +9,7 @@ step), not a test."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import xml.etree.ElementTree as ET
@@ -22,8 +23,8 @@ import scripts.series.drift as drift
 from scripts.series.base import ArtifactMissing, ChecksumMismatch
 from scripts.series.base import load_base
 from scripts.series.drift import (DriftError, Result, TargetReport, classify, drift_target, enclosing, exit_status,
-                                  fetch_release, index_versions, parse_diff, release_sources, table, to_json,
-                                  to_junit, tree_version)
+                                  fetch_release, index_versions, parse_diff, release_sources, table,
+                                  three_way_target, to_json, to_junit, tree_version)
 from scripts.series.lines import line_names
 from scripts.series.patches import Patch, applied_upstream, lint, read_series
 from tests.conftest import FAKE_FILES, make_wheel
@@ -482,3 +483,26 @@ def test_upstream_tests_run_on_an_upstream_checkout(tmp_path, fake_base, monkeyp
     assert runs["upstream 1.2.3"].outcomes == {"tests/test_probe.py::test_step_5_is_500": "failed"}
     with pytest.raises(DriftError, match="holds no vllm/"):
         drift.test_upstream([], mapping, base=fake_base[0], trees=[tmp_path / "repo"])
+
+
+def test_three_way_statuses_are_what_rebase_would_do(tmp_path, fake_base, runner_patch):
+    """drift --three-way: a patch whose context moved but whose lines still
+    merge applies (strict apply says conflicts), one upstream has is
+    upstream, one whose lines upstream changed conflicts, naming the hunk."""
+    base, _ = fake_base
+    base = dataclasses.replace(base, dir=runner_patch)
+    moved = RUN.replace("def step_2():\n", "def step_2():\n    log('moved')\n")  # context of 0001 shifts
+    (r,) = drift_target(tree(tmp_path / "a", {"vllm/runner.py": moved}), Version("1.1.0"), base=base)
+    assert r.status == "applies"  # git apply finds the hunk at its new place
+    shifted = RUN.replace("def step_4():\n    return 4\n", "def step_4():\n    return 4\n# upstream's note\n")
+    strict = drift_target(tree(tmp_path / "b", {"vllm/runner.py": shifted}), Version("1.1.0"), base=base)
+    three = three_way_target(tree(tmp_path / "c", {"vllm/runner.py": shifted}), Version("1.1.0"), base=base)
+    assert [(r.status) for r in strict] == ["conflicts"] and [(r.status, r.reason) for r in three] == [
+        ("applies", "the three-way merge is clean")]
+    (r,) = three_way_target(tree(tmp_path / "d", {"vllm/runner.py": RUN_500}), Version("1.1.0"), base=base)
+    assert (r.status, r.reason) == ("upstream", "the three-way merge leaves nothing to change")
+    changed = RUN.replace("    return 5\n", "    return compute(5)\n")
+    (r,) = three_way_target(tree(tmp_path / "e", {"vllm/runner.py": changed}), Version("1.1.0"), base=base)
+    assert (r.status, r.hunks) == ("conflicts", ["vllm/runner.py: changed by the patch and by upstream",
+                                                 "vllm/runner.py:17-23: conflicting hunk (the patch's hunk "
+                                                 "@@ -14,7 +14,7 @@)"])

@@ -79,8 +79,8 @@ Their public names are importable from ``scripts.series.drift``.
 
 
 from scripts.series.drift.classify import (MIN_CONTEXT, STATUSES, Result, TargetReport, classify, drift_target,
-                                           enclosing, hunk_scope, orphaned, release_target, touched_files,
-                                           tree_target)
+                                           enclosing, hunk_scope, orphaned, release_target, three_way_target,
+                                           touched_files, tree_target)
 from scripts.series.drift.cli import main
 from scripts.series.drift.releases import (PROJECTS, DriftError, Fetched, fetch_release, index_versions,
                                            newer_releases, platform_args, release_sources, tree_version)
@@ -95,7 +95,8 @@ __all__ = ["MIN_CONTEXT", "PROJECTS", "STATUSES", "TEST_OUTCOMES", "DriftError",
            "drift_target", "enclosing", "exit_status", "fetch_release", "hunk_scope", "index_versions", "main",
            "newer_releases", "orphaned", "outcomes_by_patch", "parse_diff", "patch_tests", "platform_args",
            "release_sources",
-           "release_target", "run_patch_tests", "shadow_repo", "table", "test_upstream", "to_json", "to_junit",
+           "release_target", "run_patch_tests", "shadow_repo", "table", "test_upstream", "three_way_target",
+           "to_json", "to_junit",
            "touched_files", "tree_target", "tree_version", "upstream_summary", "upstream_target_name",
            "write_drift_reports",
            "write_upstream_reports"]

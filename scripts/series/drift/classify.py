@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -256,7 +256,7 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
 
 
 def release_target(project: str, version: str, names: list[str] | None = None, patches_dir: Path | None = None,
-                   pip_args: tuple[str, ...] = (), base: Base | None = None) -> TargetReport:
+                   pip_args: tuple[str, ...] = (), base: Base | None = None, three_way: bool = False) -> TargetReport:
     """Fetch (or reuse) the wheel of ``project==version`` (for the platform of
     ``base``, the selected line's by default) and drift the series against
     it (our tree from ``base``). Raises what ``fetch_release`` and
@@ -264,12 +264,13 @@ def release_target(project: str, version: str, names: list[str] | None = None, p
     base = base or load_base()
     fetched = fetch_release(project, version, pip_args=pip_args, platform=base.platform)
     src = release_sources(fetched)
+    run = three_way_target if three_way else drift_target
     return TargetReport(version, "release", version, f"{fetched.path.name} sha256:{fetched.sha256}",
-                        drift_target(src, Version(version), names, patches_dir, base))
+                        run(src, Version(version), names, patches_dir, base))
 
 
 def tree_target(path: Path, names: list[str] | None = None, patches_dir: Path | None = None,
-                base: Base | None = None) -> TargetReport:
+                base: Base | None = None, three_way: bool = False) -> TargetReport:
     """Drift the series against an upstream source tree (``path`` holds
     ``vllm/``), its version from ``tree_version``. Named ``upstream`` (plus
     the version when known); our tree from ``base``, the pinned one by
@@ -278,4 +279,25 @@ def tree_target(path: Path, names: list[str] | None = None, patches_dir: Path | 
     version = tree_version(path)
     return TargetReport("upstream" + (f" {version}" if version else ""), "tree",
                         str(version) if version else None, str(path),
-                        drift_target(path, version, names, patches_dir, base))
+                        (three_way_target if three_way else drift_target)(path, version, names, patches_dir, base))
+
+
+def three_way_target(source_root: Path, target_version: Version | None, names: list[str] | None = None,
+                     patches_dir: Path | None = None, base: Base | None = None) -> list[Result]:
+    """The series on ``source_root`` (a directory holding ``vllm/``) the way
+    ``python -m scripts.series rebase`` carries it: each patch merged three
+    ways (``git cherry-pick``) against the base's sources plus the patches
+    before it, a conflicting one left out for the rest (``scripts.series.rebase.survey``).
+    Statuses ``applies``, ``upstream`` and ``conflicts``; the hunks of a
+    conflict are named as ``rebase`` names them."""
+    from scripts.series.rebase import survey
+
+    source_root = Path(source_root)
+    if not (source_root / "vllm").is_dir():
+        raise DriftError(f"{source_root} holds no vllm/ package: give the root of an upstream checkout")
+    base = base or load_base()
+    if patches_dir is not None and Path(patches_dir) != base.dir:
+        base = replace(base, dir=Path(patches_dir))
+    BUILD.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=BUILD, prefix="drift-3way-") as tmp:
+        return [Result(*row) for row in survey(base, source_root, target_version, Path(tmp), names)]

@@ -47,6 +47,10 @@ def _options(parser: argparse.ArgumentParser, cmd: str, defaults: bool) -> None:
     add("--out", type=Path, default=REPORTS, help="report directory")
     add("--patches", type=Path, help=argparse.SUPPRESS)
     add("--upstream", type=Path, help="an upstream source tree (a checkout holding vllm/)")
+    if cmd == "check":
+        add("--three-way", action="store_true",
+            help="carry each patch with a three-way merge, as python -m scripts.series rebase does "
+                 "(default: strict git apply)")
     if cmd == "test-upstream":
         add("--patch", action="append", help="only these patches")
         add("--ref", help="take tests/ and scripts/ from this commit")
@@ -61,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "which conflict, which upstream carries already, which are obsolete.")
     _options(parser, "check", defaults=True)
     sub = parser.add_subparsers(dest="cmd", metavar="{check,test-upstream}")
-    parser.set_defaults(cmd="check", patch=None, ref=None)
+    parser.set_defaults(cmd="check", patch=None, ref=None, three_way=False)
     _options(sub.add_parser("check", help="drift of the series against newer upstream (the default)",
                             allow_abbrev=False), "check", defaults=False)
     _options(sub.add_parser("test-upstream", help="each patch's unit tests on unpatched releases or a checkout",
@@ -98,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(upstream_summary(runs, mapping)))
             return 0
         series = read_series(patches_dir / "series")
-        reports = [release_target(project, version, series, patches_dir, base=base) for project, version in releases]
-        reports += [tree_target(tree, series, patches_dir, base=base) for tree in trees]
+        reports = [release_target(project, version, series, patches_dir, base=base, three_way=args.three_way)
+                   for project, version in releases]
+        reports += [tree_target(tree, series, patches_dir, base=base, three_way=args.three_way) for tree in trees]
         jpath, xpath = write_drift_reports(reports, base.version, series, args.out)
         text = details(reports)
         if text:
@@ -108,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{xpath.name}\n")
         code = exit_status(reports)
         conflicts = sum(len(t.needs_maintainer()) for t in reports)
-        print(f"drift of line {base.line} ({len(series)} patches, base {base.version}): "
+        how = "three-way merge, as rebase" if args.three_way else "strict git apply"
+        print(f"drift of line {base.line} ({len(series)} patches, base {base.version}; {how}): "
               + (f"{conflicts} conflict(s) need a maintainer" if code else "nothing needs a maintainer"))
         print(table(reports, series), flush=True)
         return code
