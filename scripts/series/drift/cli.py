@@ -21,13 +21,16 @@ from scripts.series.patchfile import SeriesError, read_series
 
 def _releases_arg(value: str | None, base_version: str, pip_args: tuple[str, ...]) -> list[tuple[str, str]]:
     """``--releases``: ``None``/``none`` no release, ``all`` every release newer
-    than the base, else the versions named (``a,b``) as ``(project, version)``.
-    Raises ``DriftError`` naming a version that is not a newer release."""
+    than the base, ``latest`` the newest, else the versions named (``a,b``) as
+    ``(project, version)``. Raises ``DriftError`` naming a version that is not
+    a newer release."""
     if value in (None, "", "none"):
         return []
     newer = newer_releases(base_version, pip_args)
     if value == "all":
         return newer
+    if value == "latest":
+        return newer[-1:]
     wanted = [v.strip() for v in value.split(",") if v.strip()]
     known = dict((v, p) for p, v in newer)
     missing = [v for v in wanted if v not in known]
@@ -43,7 +46,7 @@ def _options(parser: argparse.ArgumentParser, cmd: str, defaults: bool) -> None:
     def add(*names, default=None, **kwargs):
         parser.add_argument(*names, default=default if defaults else argparse.SUPPRESS, **kwargs)
     add("--line", help="a line of patches/ (default: $VDIST_LINE, else patches/lines.toml's default)")
-    add("--releases", help="'all', 'none', or versions a,b (default: 'all', or 'none' with --upstream)")
+    add("--releases", help="'all', 'latest', 'none', or versions a,b (default: 'all', or 'none' with --upstream)")
     add("--out", type=Path, default=REPORTS, help="report directory")
     add("--patches", type=Path, help=argparse.SUPPRESS)
     add("--upstream", type=Path, help="an upstream source tree (a checkout holding vllm/)")
