@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.bench.engines import TINY_COLBERT
-from scripts.common.paths import REPO
+from scripts.common.paths import REPO, child_pythonpath
 
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
 MEMORY_REQUESTS, MEMORY_DISCONNECTS, MEMORY_CONCURRENCY, MEMORY_SAMPLE_EVERY = 5000, 100, 16, 500
@@ -269,4 +269,4 @@ def summary_lines(sec: dict) -> list[str]:
 
 if __name__ == "__main__":
     sys.exit(subprocess.call([sys.executable, "-m", "scripts.bench", "--sections", "serve", *sys.argv[1:]],
-                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": child_pythonpath()}))

@@ -22,7 +22,8 @@ import tarfile
 
 import pytest
 
-from scripts.series.base import REPO, fetch, upstream_sources
+from scripts.common.paths import child_pythonpath
+from scripts.series.base import fetch, upstream_sources
 
 UPSTREAM_FILE = "tests/models/language/pooling/test_splade_sparse_pooler.py"
 TESTS = [
@@ -49,7 +50,7 @@ def upstream_test_file(tmp_path_factory):
 
 def test_upstream_pr50574_pooling_runner_tests_pass_unmodified(upstream_test_file):
     ids = [f"{upstream_test_file}::{name}" for name in TESTS]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=child_pythonpath())
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", *ids, "-q", "-p", "no:cacheprovider",
          "--rootdir", str(upstream_test_file.parent), "-o", "addopts=",
