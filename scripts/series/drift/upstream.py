@@ -6,6 +6,7 @@ output kept in the reports."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
     output, the junit test cases or None when it wrote none)."""
     junit.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-           f"--junitxml={junit}", *nodes]
+           "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -105,40 +106,46 @@ def _case_outcome(case: ET.Element) -> str:
             "skipped" if case.find("skipped") is not None else "passed")
 
 
-def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
-                   timeout: int) -> tuple[dict[str, str], str]:
-    """The outcome of each node id of one test file, and pytest's output.
-    A module that does not import (pytest's "collection failure") makes every
-    node ``import error``; a node id pytest does not find (``ERROR: not
-    found``: the test or parameter is gone) is ``not collected`` and the
-    others are run again without it; a parametrized test is ``passed`` only
-    when every case passed; no junit report (pytest crashed or timed out):
-    ``error``."""
+def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
+              timeout: int) -> tuple[dict[str, str], str]:
+    """The outcome of each node id, from one pytest process (pytest goes on
+    past modules that do not import), and pytest's output. A module that does
+    not import (pytest's "collection failure") makes every node of it
+    ``import error``; a node id pytest does not find (``ERROR: not found``:
+    the test or parameter is gone) is ``not collected`` and the others are
+    run again without it; a parametrized test is ``passed`` only when every
+    case passed; no junit report (pytest crashed or timed out): ``error``."""
     outcomes: dict[str, str] = {}
     texts: list[str] = []
     pending = list(nodes)
     while pending:
         code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
         texts.append(text)
-        if cases is not None and any(c.get("classname") == "" and c.find("error") is not None
-                                     and c.find("error").get("message") == "collection failure"
-                                     for c in cases):
-            outcomes.update(dict.fromkeys(pending, "import error"))
-            break
         lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
         missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
-        if code == 4 and missing:
+        # a node id in a module that does not import stops pytest before it runs anything
+        unimportable = [n for n in pending
+                        if re.search(rf"^ERROR: found no collectors for \S*{re.escape(n.split('::')[0])}(::|$)",
+                                     text, re.M)]
+        if code == 4 and (missing or unimportable):
             outcomes.update(dict.fromkeys(missing, "not collected"))
-            pending = [n for n in pending if n not in missing]
+            outcomes.update(dict.fromkeys(unimportable, "import error"))
+            pending = [n for n in pending if n not in missing and n not in unimportable]
             continue
         if cases is None:
             outcomes.update(dict.fromkeys(pending, "error"))
             break
+        broken = {c.get("name", "").replace(".", "/") + ".py" for c in cases
+                  if c.get("classname") == "" and c.find("error") is not None
+                  and c.find("error").get("message") == "collection failure"}
         ran: dict[str, str] = {}
         for case in cases:
             mod = case.get("classname", "").replace(".", "/")
             ran[f"{mod}.py::{case.get('name')}"] = _case_outcome(case)
         for node in pending:
+            if node.split("::")[0] in broken:
+                outcomes[node] = "import error"
+                continue
             states = [s for k, s in ran.items() if k == node or k.startswith(node + "[")]
             outcomes[node] = ("not collected" if not states else
                               next((s for s in ("failed", "error", "skipped") if s in states), "passed"))
@@ -146,27 +153,21 @@ def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     return outcomes, "".join(texts)
 
 
-def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900, line: str | None = None) -> TestRun:
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: str | None = None) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
-    the path, not this repository's), one pytest process per test file (a
-    module that does not import fails only its own tests). Each node id gets
-    one of ``TEST_OUTCOMES`` (see ``_file_outcomes``); pytest's output is kept
-    per file."""
+    the path, not this repository's), in one pytest process that goes on
+    past modules that do not import (a module that does not import fails only
+    its own tests). Each node id gets one of ``TEST_OUTCOMES`` (see
+    ``_outcomes``); pytest's output is kept, under each test file it ran."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
     env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
     if line:
         env["VDIST_LINE"] = line
-    by_file: dict[str, list[str]] = {}
-    for node in node_ids:
-        by_file.setdefault(node.split("::")[0], []).append(node)
-    run = TestRun({}, {})
-    for i, (path, nodes) in enumerate(sorted(by_file.items())):
-        outcomes, run.output[path] = _file_outcomes(repo, env, nodes, repo / f"junit-{i}.xml", timeout)
-        run.outcomes.update(outcomes)
-    run.outcomes = {n: run.outcomes[n] for n in node_ids}
-    return run
+    outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout)
+    files = sorted({node.split("::")[0] for node in node_ids})
+    return TestRun({n: outcomes[n] for n in node_ids}, dict.fromkeys(files, text))
 
 
 def upstream_target_name(path: Path) -> str:
