@@ -1,6 +1,7 @@
-"""The patch series on the pinned base.
+"""The lines: a patch series on each pinned upstream base (``patches/<base>/``).
 
-- ``base``: the pinned release (``patches/base.toml``), fetch/verify/cache
+- ``lines``: the lines, the default line (``patches/lines.toml``), patch numbers.
+- ``base``: a line's pinned release (its ``base.toml``), fetch/verify/cache
   through pip, wheel extraction and metadata (standard library only at import:
   the Makefile runs it with the system python3).
 - ``patchfile``: the ``series`` file, patch files (DEP-3 header and diff),

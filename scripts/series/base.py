@@ -263,7 +263,7 @@ def verify(artifact: Artifact, path: Path) -> None:
     verify_digest(path, artifact.sha256, artifact.filename,
                   "The file is not the pinned base. Delete it and fetch again; if the "
                   "digest still differs, the index serves a different file than the "
-                  "one pinned in patches/base.toml.")
+                  "one pinned in the line's base.toml.")
 
 
 def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *, filename: str | None = None,
@@ -290,7 +290,7 @@ def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *
             )
         if sha256 is not None:
             verify_digest(got, sha256, got.name, "The index serves another file than the one pinned "
-                          "(patches/base.toml for the base); nothing was kept.")
+                          "(the line's base.toml for a base); nothing was kept.")
         os.replace(got, dest / got.name)
     return dest / got.name
 

@@ -1,5 +1,5 @@
 """Shared libraries a flavor's wheel bundles under ``vllm/libs/``, taken from
-Debian packages pinned in ``patches/base.toml`` (``[bundled.<flavor>.<name>]``,
+Debian packages pinned in a line's ``base.toml`` (``[bundled.<flavor>.<name>]``,
 ``Base.bundled``).
 
 The base's CPU platform looks there for tcmalloc and preloads it into the
@@ -39,7 +39,7 @@ def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
     says)."""
     cache = cache or cache_dir()
     dest = cache / pkg.filename
-    pinned = f"the pinned {pkg.package} {pkg.version} (patches/base.toml)"
+    pinned = f"the pinned {pkg.package} {pkg.version} (the line's base.toml)"
     if dest.exists():
         verify_digest(dest, pkg.sha256, pkg.filename, f"The cached file is not {pinned}. Delete it and fetch again.")
         return dest
@@ -88,10 +88,10 @@ def deb_files(pkg: DebianPackage, deb: Path) -> dict[str, bytes]:
             try:
                 info = tar.getmember(f"./{member}")
             except KeyError:
-                raise BaseError(f"{deb.name} has no {member} (patches/base.toml, bundled.{pkg.name})") from None
+                raise BaseError(f"{deb.name} has no {member} (the line's base.toml, bundled.{pkg.name})") from None
             if not info.isfile():
                 raise BaseError(f"{deb.name}: {member} is not a regular file (a link?); name the file it points "
-                                f"to in patches/base.toml, bundled.{pkg.name}.files")
+                                f"to in the line's base.toml, bundled.{pkg.name}.files")
             out[target] = tar.extractfile(info).read()
     return out
 

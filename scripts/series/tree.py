@@ -67,7 +67,7 @@ def apply_patch(patch: Path, root: Path) -> None:
             f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
             f"git apply said:\n{proc.stderr.strip()}\n"
             "Its context lines no longer match the base plus the patches before it "
-            "in patches/series: fix them in the patch file (git apply --verbose "
+            "in the line's series: fix them in the patch file (git apply --verbose "
             "shows where it fails), then apply again."
         )
     run_git(["apply", str(patch)], cwd=root)

@@ -334,7 +334,7 @@ def test_lint_layout_names_a_patch_left_outside_a_line(tmp_path):
 
 
 def test_lint_checks_the_tests_map(patches_dir):
-    """patches/tests.toml names patches of the series, and its node ids are collected."""
+    """A line's tests.toml names patches of the series, and its node ids are collected."""
     (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a") + "---\ndiff --git a/x b/x\n")
     (patches_dir / "series").write_text("0001-a.patch\n")
     (patches_dir / "tests.toml").write_text(

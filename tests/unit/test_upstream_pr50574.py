@@ -6,7 +6,7 @@ that exercise the PoolingRunner contract our patches implement —
 only, late-interaction documents released when aborted, the lifecycle hooks.
 
 The test file comes from upstream's 0.27.1 source distribution, fetched with
-pip at test time (``scripts.series.base.fetch``: sha256 pinned in patches/base.toml,
+pip at test time (``scripts.series.base.fetch``: sha256 pinned in the line's base.toml,
 ``[upstream-sources.pr50574]``), cached, never committed. It runs in a fresh
 pytest process, alone in a scratch directory (upstream's conftest.py needs
 upstream's test environment), with this repository's ``vllm/`` on the path.

