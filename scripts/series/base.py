@@ -323,6 +323,49 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
                         filename=artifact.filename, sha256=artifact.sha256, env=env)
 
 
+# Debian's package archive; a package's file is at <pool>/<DebianPackage.pool>/<filename>.
+DEBIAN_POOL = "https://deb.debian.org/debian/pool"
+
+
+def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
+    """The verified path of ``pkg``'s ``.deb`` in the cache, downloaded with
+    ``apt-get download <package>:<architecture>=<version>`` into a temporary
+    directory inside the cache when it is not there yet, verified, then moved
+    into place. Raises ``ArtifactMissing`` when apt-get is not installed or
+    cannot fetch it (with apt's output and the fix) and ``ChecksumMismatch``
+    for a downloaded file with another digest (nothing is left in the cache)
+    or a cached one (named, left for the user to delete, as the message
+    says)."""
+    cache = cache or cache_dir()
+    dest = cache / pkg.filename
+    pinned = f"the pinned {pkg.package} {pkg.version} (the line's base.toml)"
+    if dest.exists():
+        verify_digest(dest, pkg.sha256, pkg.filename, f"The cached file is not {pinned}. Delete it and fetch again.")
+        return dest
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        what = f"{pkg.filename} ({pkg.package}={pkg.version}, whose {', '.join(sorted(pkg.files))} the wheel bundles)"
+        by_hand = (f"download it from Debian's archive ({DEBIAN_POOL}/{pkg.pool}/{pkg.filename}) into "
+                   f"{cache} yourself (its sha256 is checked)")
+        try:
+            proc = subprocess.run(["apt-get", "download", f"{pkg.package}:{pkg.architecture}={pkg.version}"],
+                                  cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except FileNotFoundError:
+            raise ArtifactMissing(
+                f"apt-get is not installed: it fetches {what}.\nFix: fetch on a Debian or Ubuntu "
+                f"machine, or {by_hand}."
+            ) from None
+        got = Path(tmp) / pkg.filename
+        if proc.returncode != 0 or not got.is_file():
+            raise ArtifactMissing(
+                f"apt-get did not fetch {what}; exit {proc.returncode}.\napt-get said:\n{proc.stdout[-2000:]}\n"
+                f"Fix: on Debian bookworm, run `apt-get update` (as root) so apt knows {pkg.package} "
+                f"{pkg.version}; elsewhere {by_hand}."
+            )
+        verify_digest(got, pkg.sha256, pkg.filename, f"The file apt-get fetched is not {pinned}; nothing was kept.")
+        os.replace(got, dest)
+    return dest
+
+
 def extract_wheel(wheel: Path, dest: Path, keep: Callable[[str], bool]) -> list[str]:
     """Extract the members of ``wheel`` whose names ``keep`` accepts into
     ``dest`` (created), with their permission bits (zipfile drops them;
@@ -428,8 +471,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         base = load_base(args.line)
         if args.cmd == "fetch":
-            from scripts.series.bundled import fetch_deb
-
             flavors = FLAVORS if args.flavor == "all" else (args.flavor,)
             for flavor in flavors:
                 print(fetch(base.artifact(flavor)))
@@ -452,9 +493,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run main() of the module as imported (scripts.series.base), not of this
-    # __main__ copy: scripts.series.bundled imports scripts.series.base, and the
-    # errors it raises must be the BaseError that main() catches.
-    from scripts.series.base import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())
