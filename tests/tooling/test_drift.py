@@ -381,20 +381,23 @@ UPSTREAM_TESTS = {
         "def test_fixture_error(broken):\n    pass\n\n\n"
         "@pytest.mark.parametrize('n', [1, 2])\ndef test_cases(n):\n    assert n < 2\n"),
     "tests/test_imports.py": "import module_gone_upstream  # noqa: F401\n\n\ndef test_anything():\n    pass\n",
+    "tests/test_dies.py": "import os\n\n\ndef test_dies():\n    os.abort()\n\n\ndef test_lives():\n    pass\n",
 }
 
 
 def test_run_patch_tests_tells_outcomes_apart_and_keeps_output(tmp_path):
     """Each node id gets its own outcome: a missing test is ``not collected``
     (and does not stop the others from running), a module that does not
-    import is ``import error``, neither is ``failed``; pytest's output is kept
+    import is ``import error``, neither is ``failed``, a test the interpreter
+    dies in is ``error`` and the others still run; pytest's output is kept
     per file."""
     for rel, text in UPSTREAM_TESTS.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     nodes = ["tests/test_ok.py::test_passes", "tests/test_ok.py::test_fails",
              "tests/test_ok.py::test_fixture_error", "tests/test_ok.py::test_cases",
-             "tests/test_ok.py::test_gone_upstream", "tests/test_imports.py::test_anything"]
+             "tests/test_ok.py::test_gone_upstream", "tests/test_imports.py::test_anything",
+             "tests/test_dies.py::test_dies", "tests/test_dies.py::test_lives"]
     run = drift.run_patch_tests(tmp_path, nodes, timeout=300)
     assert run.outcomes == {
         "tests/test_ok.py::test_passes": "passed",
@@ -403,8 +406,11 @@ def test_run_patch_tests_tells_outcomes_apart_and_keeps_output(tmp_path):
         "tests/test_ok.py::test_cases": "failed",  # one of its two cases fails
         "tests/test_ok.py::test_gone_upstream": "not collected",
         "tests/test_imports.py::test_anything": "import error",
+        "tests/test_dies.py::test_dies": "error",
+        "tests/test_dies.py::test_lives": "passed",
     }
-    assert sorted(run.output) == ["tests/test_imports.py", "tests/test_ok.py"]
+    assert sorted(run.output) == ["tests/test_dies.py", "tests/test_imports.py", "tests/test_ok.py"]
+    assert "Fatal Python error: Aborted" in run.output["tests/test_dies.py"]
     assert "arithmetic on this release" in run.output["tests/test_ok.py"]
     assert "fixture broke" in run.output["tests/test_ok.py"]
     assert "test_gone_upstream" in run.output["tests/test_ok.py"]

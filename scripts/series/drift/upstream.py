@@ -121,6 +121,11 @@ def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     while pending:
         code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
         texts.append(text)
+        crashed = _crashed_node(repo, text, pending) if cases is None else None
+        if crashed:  # the interpreter died in one test (faulthandler names it): the others run again
+            outcomes.update(dict.fromkeys(crashed, "error"))
+            pending = [n for n in pending if n not in crashed]
+            continue
         lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
         missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
         # a node id in a module that does not import stops pytest before it runs anything
@@ -153,6 +158,22 @@ def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     return outcomes, "".join(texts)
 
 
+def _crashed_node(repo: Path, text: str, pending: list[str]) -> list[str]:
+    """The pending node ids of the test the interpreter died in, from
+    faulthandler's traceback in pytest's output ("Fatal Python error", most
+    recent call first: the outermost frame in the tests is the test
+    function); empty when it names none."""
+    if "Fatal Python error" not in text:
+        return []
+    tail = text[text.rindex("Fatal Python error"):]
+    frames = re.findall(rf'File "{re.escape(str(repo))}/(tests/[^"]+\.py)", line \d+ in (\w+)', tail)
+    for path, func in reversed(frames):
+        hit = [n for n in pending if n == f"{path}::{func}" or n.startswith(f"{path}::{func}[")]
+        if hit:
+            return hit
+    return []
+
+
 def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: str | None = None) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
     the path, not this repository's), in one pytest process that goes on
@@ -163,6 +184,10 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: 
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
     env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    # the shared data the tests read beside this repository (scripts/validation/models.py)
+    from scripts.validation.models import STS_TEST
+
+    env.setdefault("STS_DATA", str(STS_TEST.parent))
     if line:
         env["VDIST_LINE"] = line
     outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout)
