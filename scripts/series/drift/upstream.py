@@ -87,8 +87,8 @@ def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
     """One pytest process on ``nodes``: (exit status or None on timeout, its
     output, the junit test cases or None when it wrote none)."""
     junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-           "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
+           "-o", "addopts=", "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -183,7 +183,9 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: 
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
-    env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    # the repository's own scripts after the shadow's (the per-test limit's plugin)
+    env.update(PYTHONPATH=os.pathsep.join([str(repo), str(Path(__file__).resolve().parents[3])]), HF_HUB_OFFLINE="1",
+               VLLM_TARGET_DEVICE="cpu")
     # the shared data the tests read beside this repository (scripts/validation/models.py)
     from scripts.validation.models import STS_TEST
 
