@@ -87,7 +87,7 @@ def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
     """One pytest process on ``nodes``: (exit status or None on timeout, its
     output, the junit test cases or None when it wrote none)."""
     junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
+    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
            "-o", "addopts=", "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
@@ -122,9 +122,14 @@ def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
         code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
         texts.append(text)
         crashed = _crashed_node(repo, text, pending) if cases is None else None
-        if crashed:  # the interpreter died in one test (faulthandler names it): the others run again
+        if crashed:  # the interpreter died in one test (faulthandler names it): the others run again,
+            # but for those pytest reported passed or skipped before it died (its -v lines; a
+            # failure's details come only with pytest's summary, so failed ones run again)
             outcomes.update(dict.fromkeys(crashed, "error"))
-            pending = [n for n in pending if n not in crashed]
+            done = {n: o for n, o in _reported(text, [n for n in pending if n not in crashed]).items()
+                    if o in ("passed", "skipped")}
+            outcomes.update(done)
+            pending = [n for n in pending if n not in crashed and n not in done]
             continue
         lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
         missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
@@ -156,6 +161,24 @@ def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
                               next((s for s in ("failed", "error", "skipped") if s in states), "passed"))
         break
     return outcomes, "".join(texts)
+
+
+_VERBOSE = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped", "XFAIL": "skipped",
+            "XPASS": "passed"}
+
+
+def _reported(text: str, nodes: list[str]) -> dict[str, str]:
+    """The outcomes pytest's ``-v`` lines give for ``nodes`` (a parametrized
+    test by its cases: ``passed`` only when every case passed)."""
+    seen: dict[str, list[str]] = {}
+    for m in re.finditer(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", text, re.M):
+        seen.setdefault(m.group(1), []).append(_VERBOSE[m.group(2)])
+    out = {}
+    for node in nodes:
+        states = [s for k, v in seen.items() if k == node or k.startswith(node + "[") for s in v]
+        if states:
+            out[node] = next((s for s in ("failed", "error", "skipped") if s in states), "passed")
+    return out
 
 
 def _crashed_node(repo: Path, text: str, pending: list[str]) -> list[str]:
