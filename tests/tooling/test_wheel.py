@@ -41,7 +41,11 @@ def recipe_unmet() -> set[str]:
     version = BASE.flavor_version("cpu")
     unmet = {f"vllm {version} requires {name}, which is not installed."
              for name in ("torchaudio", "torchcodec", "torchvision")}
-    (torch_pin,) = [r for r in base_requires("cpu") if r.startswith("torch==")]
+    from packaging.requirements import Requirement
+
+    # the pin whose marker holds on this machine (x86_64: the +cpu build)
+    (torch_pin,) = [r for r in base_requires("cpu") if Requirement(r).name == "torch"
+                    and (Requirement(r).marker is None or Requirement(r).marker.evaluate())]
     return unmet | {f"vllm {version} has requirement {torch_pin}, but you have torch {BASE.torch}."}
 
 
