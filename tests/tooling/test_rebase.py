@@ -89,7 +89,7 @@ def test_rebase_stops_at_the_first_conflict_naming_patch_file_and_hunk(old_line)
     message = stop_at_0002(paths, pip_args)
     lines = message.splitlines()
     assert lines[0] == ("rebase of line 1.0.0 onto 1.1.0 stopped at 0002-runner.patch (patch 2 of 4): it does not "
-                        "merge into vLLM 1.1.0 + the 1 patches carried so far")
+                        "merge into vLLM 1.1.0 + the 1 patch carried so far")
     assert lines[1:3] == ["  vllm/runner.py: changed by the patch and by upstream",
                           "  vllm/runner.py:17-23: conflicting hunk (the patch's hunk @@ -14,7 +14,7 @@)"]
     assert "python -m scripts.series rebase --continue --drop 0002=<the release that carries it>" in message
