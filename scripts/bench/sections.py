@@ -25,7 +25,7 @@ from pathlib import Path
 from scripts.bench.engines import ENGINES, ST
 from scripts.bench.machine import minilm_flops, token_counts
 from scripts.bench.systems import Spec, measure_rounds, open_systems, summarise
-from scripts.common.paths import BUILD, REPO
+from scripts.common.paths import BUILD, REPO, child_pythonpath
 
 ORT, OPENVINO = "onnxruntime", "openvino"
 PEERS = (ORT, OPENVINO)
@@ -53,9 +53,10 @@ class Line:
 
 
 def in_tree_line() -> Line:
-    """The default line: the bench's interpreter with the repository on the
-    path (the in-tree ``vllm/``, as ``make bench`` builds it)."""
-    return Line("in-tree", sys.executable, str(REPO))
+    """The line ``make bench`` runs on: the bench's interpreter with the
+    ``vllm`` it imports (the line's applied tree under make) and the
+    repository on the path (``scripts.common.paths.child_pythonpath``)."""
+    return Line("in-tree", sys.executable, child_pythonpath())
 
 
 def parse_line(text: str) -> Line:

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.bench.engines import TINY_COLBERT
-from scripts.common.paths import REPO
+from scripts.common.paths import REPO, child_pythonpath
 from scripts.validation.server import LOGS, ServerError, VllmServer, free_port, vllm_executable
 
 LOAD_REQUESTS, LOAD_CONCURRENCY = 2000, 64
@@ -355,4 +355,4 @@ def summary_lines(sec: dict) -> list[str]:
 
 if __name__ == "__main__":
     sys.exit(subprocess.call([sys.executable, "-m", "scripts.bench", "--sections", "serve", *sys.argv[1:]],
-                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}))
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": child_pythonpath()}))

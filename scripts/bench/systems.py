@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from scripts.bench import proctree
 from scripts.bench.protocol import ProtocolError, receive, send
-from scripts.common.paths import REPO
+from scripts.common.paths import child_pythonpath
 
 # An engine's shared-memory readers busy-poll for 1 s after their last message
 # (vLLM's SpinCondition): a call's CPU is read this long after it returned, so
@@ -48,16 +48,16 @@ class Spec:
     host (``Class(**args)``); ``python``: the interpreter (its venv's
     ``bin/python``; default the bench's); ``env``: variables set (``str``)
     or removed (``None``) on top of the bench's environment;
-    ``pythonpath``: the host's ``PYTHONPATH`` (default the repository, which
-    holds ``scripts`` and the in-tree ``vllm/``), also the host's working
-    directory; ``root_label``: the report's name for the host process
+    ``pythonpath``: the host's ``PYTHONPATH`` (default the ``vllm`` this
+    process imports, then the repository: ``child_pythonpath``), whose first
+    entry is also the host's working directory; ``root_label``: the report's name for the host process
     (``front end`` for an engine)."""
 
     factory: str
     args: dict = field(default_factory=dict)
     python: str = sys.executable
     env: dict = field(default_factory=dict)
-    pythonpath: str = str(REPO)
+    pythonpath: str = field(default_factory=child_pythonpath)
     root_label: str = "main"
 
 
@@ -92,7 +92,7 @@ class System:
             # run in the PYTHONPATH's directory: ``-m`` puts the working directory first on
             # sys.path, so a line's host started in the repository would import its vllm/
             self.proc = subprocess.Popen(cmd, env=env, pass_fds=(to_host_r, from_host_w),
-                                         cwd=self.spec.pythonpath, stdin=subprocess.DEVNULL)
+                                         cwd=self.spec.pythonpath.split(os.pathsep)[0], stdin=subprocess.DEVNULL)
         finally:
             os.close(to_host_r)
             os.close(from_host_w)

@@ -10,3 +10,16 @@ REPO = Path(__file__).resolve().parents[2]
 REPORTS = REPO / "reports"
 # Build state: checkpoints made at run time, logs of wheel builds, scratch trees.
 BUILD = REPO / ".build"
+
+
+def child_pythonpath() -> str:
+    """``PYTHONPATH`` for a child process that must import the ``vllm`` this
+    process would import (the line tree a job or test runs on, or the
+    working tree ``vllm/``) and this repository's packages: the directory
+    holding that ``vllm``, then the repository."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("vllm")
+    roots = [str(Path(spec.origin).parents[1])] if spec and spec.origin else []
+    return os.pathsep.join(dict.fromkeys([*roots, str(REPO)]))

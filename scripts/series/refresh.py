@@ -13,8 +13,9 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO
 from scripts.series.base import Base, load_base
-from scripts.series.patchfile import GENERATED, PATCHES, Patch, SeriesError, read_series
-from scripts.series.tree import apply_patch, build_tree, inputs_digest, run_git, stamp_path, tree_digest, version_file
+from scripts.series.lines import Line, next_number, patch_number
+from scripts.series.patchfile import GENERATED, Patch, SeriesError, line_dir, read_series
+from scripts.series.tree import apply_patch, build_tree, run_git, version_file, write_stamp
 
 # Editor and patch leftovers that refresh never folds into a patch.
 JUNK = ("*~", ".*.swp", ".*.swo", ".#*", "*.orig", "*.rej", "*.pyc")
@@ -38,18 +39,22 @@ def _changed_files(a: Path, b: Path) -> list[str]:
 
 
 def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "cpu",
-            patches_dir: Path = PATCHES, base: Base | None = None, today: str | None = None) -> Path:
-    """Fold the edits made in ``tree`` (against the applied series) into patch
-    ``name`` (the topmost by default), keeping its DEP-3 header and setting
-    Last-Update. Edits to files that later patches also change are merged into
-    the named patch with ``git merge-file``; the whole series must then
-    re-apply to exactly ``tree``, else the patch file is left untouched and
+            patches_dir: Path | None = None, base: Base | None = None, today: str | None = None) -> Path:
+    """Fold the edits made in ``tree`` (against the applied series of
+    ``base``'s line, the selected line by default) into patch ``name`` (the
+    topmost by default), keeping its DEP-3 header and setting Last-Update.
+    Edits to files that later patches also change are merged into the named
+    patch with ``git merge-file``; the whole series must then re-apply to
+    exactly ``tree``, else the patch file is left untouched and
     ``SeriesError`` is raised. Returns the patch path."""
     base = base or load_base()
+    patches_dir = Path(patches_dir) if patches_dir is not None else base.dir or line_dir()
     names = read_series(patches_dir / "series")
+    if not names:
+        raise SeriesError(f"the series of {patches_dir} is empty: start a patch with python -m scripts.series new")
     name = name or names[-1]
     if name not in names:
-        raise SeriesError(f"{name} is not in patches/series ({', '.join(names)})")
+        raise SeriesError(f"{name} is not in the series of {patches_dir} ({', '.join(names)})")
     k = names.index(name)
     tree = Path(tree).resolve()
     if not tree.exists():
@@ -106,7 +111,7 @@ def refresh(name: str | None = None, tree: Path = REPO / "vllm", flavor: str = "
         # the tree is now exactly base + series: record that, so apply knows
         # it holds no unrefreshed edits (and give it the current version file)
         (tree / "_version.py").write_text(version_file(base.flavor_version(flavor)))
-        stamp_path(tree).write_text(f"{flavor} {inputs_digest(base, flavor, patches_dir)} {tree_digest(tree)}")
+        write_stamp(tree, base, flavor, patches_dir)
     return patches_dir / name
 
 
@@ -117,19 +122,36 @@ def _overlay(patches_dir: Path, dest: Path, name: str, replacement: Path) -> Pat
     return dest
 
 
-def new(name: str, description: str, author: str, origin: str = "vendor",
-        forwarded: str = "no", patches_dir: Path = PATCHES, today: str | None = None) -> Path:
-    """Start patch ``name`` on top of the series (quilt's ``new``): write its
-    DEP-3 header, append it to ``series``. Edit ``vllm/``, then ``refresh``.
-    Raises ``SeriesError`` if the file exists or the name is not NNNN-topic.patch."""
-    if not re.fullmatch(r"\d{4}-[a-z0-9][a-z0-9-]*\.patch", name):
-        raise SeriesError(f"patch name {name!r}: use NNNN-topic.patch (e.g. 0002-mrv2-encoder-only.patch)")
+def new(topic: str, description: str, author: str, origin: str = "vendor",
+        forwarded: str = "no", patches_dir: Path | None = None, today: str | None = None) -> Path:
+    """Start a patch on top of the series of ``patches_dir`` (the selected
+    line's by default; quilt's ``new``): the next free number of the line
+    (``scripts.series.lines.next_number``: one more than every number in the
+    series and in ``numbers.toml``, so a number once used is never given to
+    other content), then ``topic`` (``mrv2-foo`` gives ``NNNN-mrv2-foo.patch``;
+    a full ``NNNN-topic.patch`` name is taken only with that next number).
+    Writes its DEP-3 header and appends it to ``series``. Edit ``vllm/``,
+    then ``refresh``. Returns the patch path. Raises ``SeriesError`` for a
+    topic that is not lower case, digits and dashes, another number than the
+    next free one, and an empty description or author."""
+    patches_dir = line_dir(patches_dir)
+    names = read_series(patches_dir / "series")
+    number = next_number(Line(patches_dir.name, patches_dir), names)
+    if topic.endswith(".patch"):
+        given = patch_number(topic)
+        if given is None:
+            raise SeriesError(f"patch name {topic!r}: give a topic (mrv2-encoder-only), or NNNN-topic.patch")
+        if given != number:
+            raise SeriesError(f"{topic}: the next free number of the line is {number} (numbers in the series "
+                              f"and in numbers.toml are never given again): give the topic only, "
+                              f"{topic[5:-len('.patch')]!r}, and new numbers it")
+        topic = topic[5:-len(".patch")]
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", topic):
+        raise SeriesError(f"topic {topic!r}: lower case letters, digits and dashes (e.g. mrv2-encoder-only)")
+    name = f"{number}-{topic}.patch"
     path = patches_dir / name
     if path.exists():
         raise SeriesError(f"{path} exists already")
-    taken = [n for n in read_series(patches_dir / "series") if n[:4] == name[:4]]
-    if taken:
-        raise SeriesError(f"number {name[:4]} is taken by {taken[0]}: use the next free number")
     if not description.strip() or not author.strip():
         raise SeriesError("--description and --author must not be empty (DEP-3 needs both)")
     desc = "\n".join(" " + (line or ".") for line in description.strip().splitlines()[1:])

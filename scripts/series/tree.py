@@ -1,6 +1,7 @@
-"""Trees of the series: the base wheel extracted with the patches applied
-strictly (``git apply``, no fuzz), ``vllm/`` produced by ``apply`` with its
-stamp (inputs and tree digests), and its state (``status``)."""
+"""Trees of a line's series: the base wheel extracted with the patches applied
+strictly (``git apply``, no fuzz), a ``vllm/`` produced by ``apply`` with its
+stamp (the line, the flavor, the inputs and tree digests), and its state
+(``status``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.common.paths import REPO
 from scripts.series.base import Base, extract_wheel, fetch, load_base
 from scripts.series.bundled import bundled_files
 from scripts.series.diff import parse_diff
-from scripts.series.patchfile import PATCHES, Patch, PatchDoesNotApply, SeriesError, read_series
+from scripts.series.patchfile import Patch, PatchDoesNotApply, SeriesError, line_dir, read_series
 
 
 def run_git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -65,7 +67,7 @@ def apply_patch(patch: Path, root: Path) -> None:
             f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
             f"git apply said:\n{proc.stderr.strip()}\n"
             "Its context lines no longer match the base plus the patches before it "
-            "in patches/series: fix them in the patch file (git apply --verbose "
+            "in the line's series: fix them in the patch file (git apply --verbose "
             "shows where it fails), then apply again."
         )
     run_git(["apply", str(patch)], cwd=root)
@@ -91,11 +93,12 @@ def extract_base(wheel: Path, dest: Path, version: str) -> Path:
 
 
 def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
-               patches_dir: Path = PATCHES) -> Path:
+               patches_dir: Path | None = None) -> Path:
     """Extract the base of ``flavor`` into ``dest``, add the flavor's bundled
     libraries under ``vllm/libs/`` (``scripts.series.bundled``: tcmalloc for
-    cpu) and apply ``names`` (the whole series by default) in order. Returns
-    ``dest/vllm``."""
+    cpu) and apply ``names`` (the whole series of ``patches_dir``, the
+    base's line by default) in order. Returns ``dest/vllm``."""
+    patches_dir = _patches_of(base, patches_dir)
     wheel = fetch(base.artifact(flavor))
     tree = extract_base(wheel, dest, base.flavor_version(flavor))
     for name, data in bundled_files(base, flavor).items():
@@ -106,10 +109,16 @@ def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = No
     return tree
 
 
-def inputs_digest(base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+def _patches_of(base: Base, patches_dir: Path | None) -> Path:
+    """``patches_dir``, else the directory of ``base``'s line, else the selected line's."""
+    return Path(patches_dir) if patches_dir is not None else base.dir or line_dir()
+
+
+def inputs_digest(base: Base, flavor: str, patches_dir: Path | None = None) -> str:
     """sha256 over what a tree is made of: the base artifact's pinned digest,
     the distribution version, the bundled packages' digests and files, the
-    series and every patch in it."""
+    series and every patch in it (``patches_dir``: the base's line by default)."""
+    patches_dir = _patches_of(base, patches_dir)
     h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.flavor_version(flavor)}\0".encode())
     for pkg in base.bundled.get(flavor, []):
         h.update(f"{pkg.sha256}\0{sorted(pkg.files.items())}\0".encode())
@@ -124,72 +133,114 @@ def stamp_path(out: Path) -> Path:
     return out.parent / f".{out.name}.applied"
 
 
-def tree_state(out: Path, base: Base, flavor: str, patches_dir: Path = PATCHES) -> str:
+@dataclass(frozen=True)
+class Stamp:
+    """What ``apply`` (or ``refresh``) recorded beside a tree: the flavor, the
+    inputs digest (``inputs_digest``), the tree digest (``tree_digest``) and
+    the line (None in a stamp written before there were lines)."""
+
+    flavor: str
+    inputs: str
+    tree: str
+    line: str | None
+
+    def text(self) -> str:
+        return " ".join([self.flavor, self.inputs, self.tree, *([self.line] if self.line else [])])
+
+
+def read_stamp(out: Path) -> Stamp | None:
+    """The stamp beside ``out``, or None without one."""
+    path = stamp_path(Path(out))
+    if not path.exists():
+        return None
+    fields = path.read_text().split()
+    return Stamp(*fields[:3], fields[3] if len(fields) > 3 else None)
+
+
+def write_stamp(out: Path, base: Base, flavor: str, patches_dir: Path | None = None) -> None:
+    """Record ``out`` as exactly the series of ``base``'s line applied for ``flavor``."""
+    stamp = Stamp(flavor, inputs_digest(base, flavor, patches_dir), tree_digest(out), base.line or None)
+    stamp_path(Path(out)).write_text(stamp.text())
+
+
+def tree_state(out: Path, base: Base, flavor: str, patches_dir: Path | None = None) -> str:
     """``absent``, ``unknown`` (no stamp: not made by apply), ``edited`` (changed
-    since it was applied or refreshed), ``stale`` (the series or the base
-    changed since) or ``current``."""
+    since it was applied or refreshed), ``other line`` (applied from another
+    line, unchanged since), ``stale`` (the series or the base changed since)
+    or ``current``."""
     out = Path(out)
     if not out.exists():
         return "absent"
-    stamp = stamp_path(out)
-    if not stamp.exists():
+    stamp = read_stamp(out)
+    if stamp is None:
         return "unknown"
-    recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
-    if tree_digest(out) != recorded_tree:
+    if tree_digest(out) != stamp.tree:
         return "edited"
-    if recorded_inputs != f"{flavor} {inputs_digest(base, flavor, patches_dir)}":
+    if stamp.line and base.line and stamp.line != base.line:
+        return "other line"
+    if (stamp.flavor, stamp.inputs) != (flavor, inputs_digest(base, flavor, patches_dir)):
         return "stale"
     return "current"
 
 
 def stamped_flavor(out: Path) -> str | None:
     """The flavor ``out`` was applied with, from its stamp."""
-    stamp = stamp_path(Path(out))
-    return stamp.read_text().split(" ", 1)[0] if stamp.exists() else None
+    stamp = read_stamp(Path(out))
+    return stamp.flavor if stamp else None
 
 
-def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path = PATCHES,
+def stamped_line(out: Path) -> str | None:
+    """The line ``out`` was applied from, from its stamp (None: no stamp, or
+    one written before there were lines)."""
+    stamp = read_stamp(Path(out))
+    return stamp.line if stamp else None
+
+
+def apply_series(flavor: str = "cpu", out: Path = REPO / "vllm", patches_dir: Path | None = None,
                  base: Base | None = None, force: bool = False) -> Path:
     """Produce ``out`` (``vllm/`` by default): the base of ``flavor`` with the
-    series applied. Returns ``out``.
+    series applied (``base``: the selected line's by default; ``patches_dir``:
+    its line's directory). Returns ``out``.
 
     The tree is built in a staging directory beside ``out`` and swapped in only
     when every patch applied, so on any error ``out`` is left as it was. A
-    stamp beside ``out`` records the inputs and the tree digest: when the
-    inputs are unchanged nothing is done, and a tree edited since it was
-    applied, or not made by apply, is not overwritten (``SeriesError``:
-    refresh the edits into a patch first). ``force`` rebuilds in every case,
+    stamp beside ``out`` records the line, the inputs and the tree digest:
+    when the inputs are unchanged nothing is done, and a tree edited since it
+    was applied, or not made by apply, is not overwritten (``SeriesError``:
+    refresh the edits into a patch of the line they belong to first). A tree
+    of another line that holds no edits is replaced: that is how ``vllm/``
+    moves from one line to another. ``force`` rebuilds in every case,
     discarding edits."""
     base = base or load_base()
+    patches_dir = _patches_of(base, patches_dir)
     out = Path(out).resolve()
-    want = f"{flavor} {inputs_digest(base, flavor, patches_dir)}"
-    stamp = stamp_path(out)
+    want = (flavor, inputs_digest(base, flavor, patches_dir))
+    stamp = read_stamp(out)
     if out.exists() and not force:
-        if not stamp.exists():
+        if stamp is None:
             raise SeriesError(
-                f"{out} exists but was not made by apply (no {stamp.name}); "
+                f"{out} exists but was not made by apply (no {stamp_path(out).name}); "
                 "replace it with apply --force, or move it away first."
             )
-        recorded_inputs, recorded_tree = stamp.read_text().rsplit(" ", 1)
-        if recorded_inputs == want:
+        if (stamp.flavor, stamp.inputs) == want:
             return out
-        if tree_digest(out) != recorded_tree:
+        if tree_digest(out) != stamp.tree:
+            line = f" of line {stamp.line}" if stamp.line else ""
             raise SeriesError(
-                f"{out} has edits that are not in the series; re-applying would lose "
-                "them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
+                f"{out} has edits{line} that are not in its series; re-applying would lose "
+                f"them. Fold them into a patch (python -m scripts.series refresh [PATCH]) "
                 "or discard them (apply --force)."
             )
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=".staging-"))
     try:
         tree = build_tree(base, flavor, staging, patches_dir=patches_dir)
-        digest = tree_digest(tree)
         old = None
         if out.exists():
             old = out.parent / f".old-{out.name}-{os.getpid()}"
             os.rename(out, old)
         os.rename(tree, out)
-        stamp.write_text(f"{want} {digest}")
+        write_stamp(out, base, flavor, patches_dir)
         if old:
             shutil.rmtree(old)
     finally:

@@ -244,8 +244,9 @@ def check_installation() -> str | None:
     import vllm
     from vllm.platforms import current_platform
 
-    if Path(vllm.__file__).resolve().is_relative_to(REPO / "vllm"):
-        return f"imported the in-tree {REPO / 'vllm'}, not the installed wheel: run it with make gpu-smoke"
+    if Path(vllm.__file__).resolve().is_relative_to(REPO):
+        return (f"imported a tree of this repository ({Path(vllm.__file__).parent}), not the installed wheel: "
+                "run it with make gpu-smoke")
     if not current_platform.is_cuda():
         return f"vLLM's platform is {type(current_platform).__name__}, not CUDA"
     return None

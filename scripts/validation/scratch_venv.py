@@ -14,8 +14,11 @@ transformers, pip, ...) except the ``vllm`` package and the ``vllm`` /
   installed into it (``install_wheel``): before that, ``import vllm`` fails
   (``has_vllm``), which is how a check proves it exercises the wheel and not
   the repository's ``vllm/`` tree;
-- commands run without ``PYTHONPATH`` (which ``make`` points at the
-  repository) and with the scratch venv's ``bin`` first on ``PATH``, where
+- commands run without ``PYTHONPATH`` (which ``make`` points at the line's
+  tree and the repository) and without ``PYTHONSAFEPATH`` (``make`` sets it
+  so that the working directory does not shadow the line's tree; a user's
+  shell has the working directory on the path), with the scratch venv's
+  ``bin`` first on ``PATH``, where
   ``pip`` is the overlay's pip run by the venv's interpreter.
 
 ``check_installed(venv, flavor)`` is the wheel check shared by the cpu and
@@ -90,9 +93,10 @@ class ScratchVenv:
         return self
 
     def env(self, **extra: str) -> dict:
-        """The environment for commands in the venv: no ``PYTHONPATH``, its
-        ``bin`` first on ``PATH``, ``VIRTUAL_ENV`` set; ``extra`` added."""
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        """The environment for commands in the venv, as a user's shell has it:
+        no ``PYTHONPATH`` or ``PYTHONSAFEPATH``, its ``bin`` first on ``PATH``,
+        ``VIRTUAL_ENV`` set; ``extra`` added."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV")}
         env["PATH"] = f"{self.root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["VIRTUAL_ENV"] = str(self.root)
         env.update(extra)

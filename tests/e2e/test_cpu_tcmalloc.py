@@ -1,5 +1,5 @@
 """The cpu wheel bundles tcmalloc under ``vllm/libs/`` (``scripts.series.bundled``,
-pinned in ``patches/base.toml``), where the base's CPU platform looks for it
+pinned in the line's ``base.toml``), where the base's CPU platform looks for it
 (``vllm/platforms/cpu.py``): an engine's worker runs with it preloaded, from
 the ``vllm`` package it imports, and embeds as sentence-transformers does.
 

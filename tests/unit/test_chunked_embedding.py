@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.unit.upstream_names import chat_template_config
+
 MAX_MODEL_LEN = 128
 NUM_TOKENS = 398
 TOL = 1e-4
@@ -51,7 +53,6 @@ def io_processor():
     """The embedding io-processor the server builds for this config (one
     config for the module: the runner plays no part here)."""
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.chat_utils import ChatTemplateConfig
     from vllm.entrypoints.pooling.embed.io_processor import EmbedIOProcessor
     from vllm.renderers import renderer_from_config
 
@@ -59,7 +60,7 @@ def io_processor():
 
     config = EngineArgs(model=str(minilm_path()), runner="pooling", max_model_len=MAX_MODEL_LEN,
                         pooler_config={"enable_chunked_processing": True}).create_engine_config()
-    return EmbedIOProcessor(config, renderer_from_config(config), ChatTemplateConfig())
+    return EmbedIOProcessor(config, renderer_from_config(config), chat_template_config())
 
 
 def reference(chunk_states, normalised_chunks: bool, normalise_result: bool) -> np.ndarray:

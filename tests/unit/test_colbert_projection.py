@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
+
+from scripts.common.paths import child_pythonpath
 
 PROBE = r"""
 import socket, sys
@@ -36,7 +37,7 @@ def test_colbert_with_declared_dim_builds(tmp_path):
     from scripts.validation.models import make_tiny_colbert
 
     model_dir = make_tiny_colbert(tmp_path / "colbert", backbone="bert", dim=24)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run([sys.executable, "-c", PROBE, str(model_dir)], env=env, text=True,
                           capture_output=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

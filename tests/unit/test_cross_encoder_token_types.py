@@ -28,6 +28,8 @@ import pytest
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import TokenizeParams
 
+from tests.unit.upstream_names import chat_template_config
+
 QUERY = "what is the capital of france"
 LONG_DOC = "the city has many museums and old bridges along its river banks " * 4
 TRUNCATE = 24
@@ -77,12 +79,11 @@ def test_padding_extends_token_types_with_the_last_type(cross_encoder, pair):
 
 @pytest.fixture
 def io_processor(real_config, cross_encoder):
-    from vllm.entrypoints.chat_utils import ChatTemplateConfig
     from vllm.entrypoints.pooling.scoring.io_processor import CrossEncoderIOProcessor
     from vllm.renderers import renderer_from_config
 
     config = real_config(cross_encoder, "pooling")
-    return CrossEncoderIOProcessor(config, renderer_from_config(config), ChatTemplateConfig())
+    return CrossEncoderIOProcessor(config, renderer_from_config(config), chat_template_config())
 
 
 def offline_inputs(io, side):

@@ -38,14 +38,11 @@ import torch
 # The CPU worker's set-up (pinned memory and UVA buffers as plain host tensors).
 import vllm.v1.worker.cpu.shm  # noqa: F401
 from vllm.config.compilation import CompilationMode, CUDAGraphMode
-from vllm.model_executor.layers.attention.encoder_only_attention import (
-    create_encoder_only_attention_backend,
-)
-from vllm.v1.attention.backend import AttentionBackend, AttentionCGSupport, AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.worker.gpu.attn_utils import AttentionCGSupportInfo
 
-from tests.unit.stand_ins import encoder_only_model, forget_layers, minilm_engine_config
+from tests.unit.stand_ins import encoder_only_model, forget_layers, minilm_engine_config, stand_in_backend
 
 S = AttentionCGSupport
 M = CUDAGraphMode
@@ -65,41 +62,6 @@ EXPECTED = {
 }
 CASES = list(itertools.product(EXPECTED, S))
 LAYERS = ("encoder.layer.0.attention.attn", "encoder.layer.1.attention.attn")
-
-
-def stand_in_backend(support: AttentionCGSupport) -> type[AttentionBackend]:
-    """An attention backend whose metadata builder reports ``support``,
-    wrapped for encoder-only layers as ``EncoderOnlyAttention`` wraps its
-    backend (the wrapper's builder subclasses this one)."""
-
-    class StandInBuilder(AttentionMetadataBuilder):
-        _cudagraph_support = support
-
-        def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
-            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
-
-        def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
-            raise AssertionError("no metadata is built in these tests")
-
-    class StandInBackend(AttentionBackend):
-        @staticmethod
-        def get_name():
-            return "STAND_IN"
-
-        @staticmethod
-        def get_impl_cls():
-            raise AssertionError("no attention runs in these tests")
-
-        @staticmethod
-        def get_builder_cls():
-            return StandInBuilder
-
-        @staticmethod
-        def get_kv_cache_shape(*args, **kwargs):
-            raise AssertionError("encoder-only layers have no KV cache")
-
-    StandInBackend.__name__ = StandInBackend.__qualname__ = f"StandIn{support.name}"
-    return create_encoder_only_attention_backend(StandInBackend)
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,8 @@ def run(pre_delay: float) -> list:
         events, started = [], asyncio.Event()
         serving = serving_with_stages(events, started, pre_delay)
         handler = asyncio.ensure_future(serving.flash_late_interaction(None))
-        await started.wait()
+        # bounded: a serving whose stages are not these never starts them
+        await asyncio.wait_for(started.wait(), 30)
         await asyncio.sleep(0.01 if pre_delay == 0 else 0)
         handler.cancel()  # what with_cancellation does when the client disconnects
         with pytest.raises(asyncio.CancelledError):
@@ -75,6 +76,6 @@ def test_uncancelled_request_answers():
     async def scenario():
         events = []
         serving = serving_with_stages(events, asyncio.Event())
-        return await serving.flash_late_interaction(None), events
+        return await asyncio.wait_for(serving.flash_late_interaction(None), 30), events
 
     assert asyncio.run(scenario()) == ("response", ["queries cached", "documents scored", "response"])

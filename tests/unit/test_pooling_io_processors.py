@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from scripts.validation.matrix_rows import case
+from tests.unit.upstream_names import chat_template_config
 
 # what BgeM3EmbeddingModel's DispatchPooler declares (vllm/model_executor/models/roberta.py)
 BGE_M3_TASKS = ("token_embed", "token_classify", "embed", "embed&token_classify")
@@ -24,10 +25,9 @@ def bge_m3(tmp_path_factory):
 
 
 def processors_for(config, tasks):
-    from vllm.entrypoints.chat_utils import ChatTemplateConfig
     from vllm.entrypoints.pooling.factories import init_pooling_io_processors
 
-    return init_pooling_io_processors(tasks, config, renderer=None, chat_template_config=ChatTemplateConfig())
+    return init_pooling_io_processors(tasks, config, renderer=None, chat_template_config=chat_template_config())
 
 
 def test_bge_m3_default_task_is_embed_and_token_classify_and_has_a_processor(real_config, bge_m3):

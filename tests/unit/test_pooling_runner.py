@@ -6,7 +6,7 @@ PoolingRunner reads. The runner is built as upstream PR 50574 builds it,
 ``PoolingRunner(model, vllm_config)``.
 
 The tests named ``test_behaviour_*`` and the late-interaction tests are what
-patches/tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
+the line's tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
 too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
 ``on_requests_finished``, ``late_interaction_runner``, ``_get_enabled_tasks``,
 which applies ``vllm.tasks.model_runner_v2_pooling_tasks`` since patch 0011),
@@ -148,7 +148,7 @@ def test_no_token_ids_when_no_request_needs_them():
     assert meta.prompt_token_ids is None and meta.prompt_token_ids_cpu is None
 
 
-# --- behavioural (patches/tests.toml): names upstream has too -----------------------------
+# --- behavioural (tests.toml): names upstream has too -----------------------------
 
 
 def test_behaviour_tasks_are_the_poolers_that_mrv2_serves():

@@ -3,7 +3,7 @@
 Two kinds of tests. The behavioural ones (``test_real_config_*``) build a real
 ``VllmConfig`` with ``EngineArgs.create_engine_config`` for local models (MiniLM,
 a tiny random Qwen3) and read ``VllmConfig.use_v2_model_runner``, public names
-that upstream has too: they are what ``patches/tests.toml`` maps to the patches,
+that upstream has too: they are what the line's ``tests.toml`` maps to the patches,
 so that ``python -m scripts.series.drift test-upstream`` finds where upstream behaves
 the same. The table test reads the patched ``VllmConfig.use_v2_model_runner``
 (patches 0007 and 0011) on lightweight stand-ins carrying just the fields it
@@ -106,7 +106,7 @@ def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
     assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
 
 
-# --- behavioural: real configs (what patches/tests.toml maps) ----------------------------
+# --- behavioural: real configs (what tests.toml maps) ----------------------------
 
 
 def test_real_config_pooling_models_default_to_mrv2(real_config, minilm, tiny_qwen3):

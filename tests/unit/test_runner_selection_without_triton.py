@@ -1,7 +1,7 @@
 """Runner selection without Triton (patch 0008): MRV2's input preparation has
 native kernels on the CPU, so pooling models keep MRV2 where Triton has no
 backend; generation models keep the base behaviour (V1, or a start-up error
-when MRV2 is forced). The real-config tests (what patches/tests.toml maps)
+when MRV2 is forced). The real-config tests (what the line's tests.toml maps)
 use only public names; the stand-in tests reach 0008's
 ``VllmConfig._v2_model_runner_runs_without_triton`` through
 tests/unit/stand_ins.py's ConfigStandIn, looked up when called."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.upstream_names import server_app_builders
+
 EMBED_ENDPOINTS = "/pooling, /v1/embeddings, /v2/embed, /score, /v1/score, /rerank, /v1/rerank, /v2/rerank"
 SCORE_NEEDS = ("a cross-encoder (a classification model with one label), an embedding model or a "
                "late-interaction model")
@@ -26,9 +28,9 @@ def _app(model: str, tasks: tuple, **engine_args):
     from fastapi.testclient import TestClient
 
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.openai.api_server import build_app
-    from vllm.entrypoints.openai.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    make_arg_parser, build_app = server_app_builders()
 
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--model", model])
     config = EngineArgs(model=model, runner="pooling", **engine_args).create_engine_config()

