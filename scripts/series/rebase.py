@@ -212,8 +212,8 @@ def _wheel_date(wheel: Path) -> str:
 
 
 def _torch_pin(wheel: Path) -> str:
-    """The torch version a wheel's requirements pin exactly (``torch==2.13.0+cpu``
-    gives ``2.13.0``: ``pip install torch==2.13.0`` takes the +cpu build where
+    """The torch version a wheel's requirements pin exactly (``torch==X.Y.Z+cpu``
+    gives ``X.Y.Z``: ``pip install torch==X.Y.Z`` takes the +cpu build where
     one is served), else empty."""
     from packaging.requirements import Requirement
 
