@@ -28,8 +28,8 @@ LINE_BUILD := .build/lines/$(LINE)
 FLAVOR ?= cpu
 # Both flavors' wheels are the distribution vllm; the cpu one carries the device in
 # its local version as upstream's CPU builds do (vllm-<base>+mrv2pool.N.cpu-...whl).
-WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cpu)
-WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base wheel-name --flavor cuda)
+WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cpu)
+WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cuda)
 SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
 TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 

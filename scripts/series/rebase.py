@@ -2,7 +2,7 @@
 upstream release and start a new line from it, the way Debian's ``gbp pq``
 does it, with git's own machinery.
 
-    python -m scripts.series rebase --from 0.26.0 --onto 0.32.0 [--drop NNNN=RELEASE ...] [--no-tests]
+    python -m scripts.series rebase --from 0.26.0 --onto 0.32.0 [--drop NNNN=RELEASE ...] [--edit NNNN ...] [--no-tests]
     python -m scripts.series rebase --continue [--drop NNNN=RELEASE ...]
     python -m scripts.series rebase --abort
 
@@ -109,8 +109,9 @@ class Paths:
 class State:
     """A rebase in progress (``state.json``): the lines, the old series with
     each patch's commit, where it stands (``next``: the index of the patch to
-    carry next; ``stopped``: the patch it stopped at), the drops so far and
-    the ones the maintainer named."""
+    carry next; ``stopped``: the patch it stopped at), the drops so far, the
+    ones the maintainer named and the numbers of the patches to stop at even
+    when they merge (``edits``, ``--edit``)."""
 
     from_line: str
     onto: str
@@ -121,6 +122,7 @@ class State:
     carried: list[str] = field(default_factory=list)
     dropped: dict[str, dict[str, str]] = field(default_factory=dict)
     named_drops: dict[str, str] = field(default_factory=dict)
+    edits: list[str] = field(default_factory=list)
     passing_upstream: list[str] = field(default_factory=list)
     vllm_before: str | None = None
 
@@ -210,8 +212,8 @@ def _wheel_date(wheel: Path) -> str:
 
 
 def _torch_pin(wheel: Path) -> str:
-    """The torch version a wheel's requirements pin exactly (``torch==2.13.0+cpu``
-    gives ``2.13.0``: ``pip install torch==2.13.0`` takes the +cpu build where
+    """The torch version a wheel's requirements pin exactly (``torch==X.Y.Z+cpu``
+    gives ``X.Y.Z``: ``pip install torch==X.Y.Z`` takes the +cpu build where
     one is served), else empty."""
     from packaging.requirements import Requirement
 
@@ -472,6 +474,10 @@ def _carry(paths: Paths, state: State, old: Base) -> None:
                 state.stopped = name
                 state.save(paths)
                 raise RebaseStopped(_stop_message(paths, state, old, name))
+            if number in state.edits and proc.returncode == 0:
+                state.stopped = name
+                state.save(paths)
+                raise RebaseStopped(_edit_message(state, name))
             if proc.returncode != 0 and "nothing to commit" not in proc.stdout + proc.stderr \
                     and "empty" not in proc.stdout + proc.stderr:
                 raise SeriesError(f"git cherry-pick of {name} failed:\n{proc.stderr}{proc.stdout}")
@@ -498,6 +504,20 @@ def _stop_message(paths: Paths, state: State, old: Base, name: str) -> str:
         *(f"  {line}" for line in describe_conflicts(paths, old.dir / name)),
         "vllm/ holds the merge, with git's markers in diff3 style (<<<<<<< the new tree, ||||||| the old one, "
         "======= then the patch's side, >>>>>>>). Resolve them in vllm/, then:",
+        "  python -m scripts.series rebase --continue",
+        f"or, if vLLM {state.onto} carries the patch's behaviour: python -m scripts.series rebase --continue "
+        f"--drop {number}=<the release that carries it>",
+        "or give the rebase up: python -m scripts.series rebase --abort",
+    ])
+
+
+def _edit_message(state: State, name: str) -> str:
+    number = patch_number(name) or name
+    return "\n".join([
+        f"rebase of line {state.from_line} onto {state.onto} stopped at {name} (patch {state.next + 1} of "
+        f"{len(state.patches)}) as asked (--edit {number}): it merges into vLLM {state.onto} + the "
+        f"{len(state.carried)} patch{'' if len(state.carried) == 1 else 'es'} carried so far, and vllm/ holds "
+        "the merge. Port it there (a textual merge can still need porting), then:",
         "  python -m scripts.series rebase --continue",
         f"or, if vLLM {state.onto} carries the patch's behaviour: python -m scripts.series rebase --continue "
         f"--drop {number}=<the release that carries it>",
@@ -546,10 +566,11 @@ def survey(old: Base, source_root: Path, target, work: Path, names: list[str] | 
 
 
 def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_tests: bool = True,
-          paths: Paths = Paths(), pip_args: tuple[str, ...] = ()) -> Path:
+          paths: Paths = Paths(), pip_args: tuple[str, ...] = (), edits: list[str] | None = None) -> Path:
     """Rebase line ``from_line`` onto release ``onto`` (the module docstring's
     steps); returns the new line's directory. Raises ``RebaseStopped`` at a
-    patch it cannot carry (the work kept for ``resume``), ``SeriesError`` when
+    patch it cannot carry, or at a patch numbered in ``edits`` once it has
+    merged (as ``git rebase -i``'s ``edit``; the work kept for ``resume``), ``SeriesError`` when
     it cannot start (a rebase in progress, the line exists, ``vllm/`` holds
     edits, ``onto`` is not newer), ``BaseError`` when the new base cannot be
     fetched."""
@@ -572,6 +593,10 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
     unknown = sorted(set(drops) - {patch_number(n) for n in names})
     if unknown:
         raise SeriesError(f"--drop names no patch of line {from_line}: {', '.join(unknown)}")
+    edits = list(edits or [])
+    unknown = sorted(set(edits) - {patch_number(n) for n in names})
+    if unknown:
+        raise SeriesError(f"--edit names no patch of line {from_line}: {', '.join(unknown)}")
     print(f"rebase of line {from_line} ({len(names)} patches) onto vLLM {onto}", flush=True)
     base_toml, wheels = pin_new_base(old, onto, pip_args)
     paths.state_dir.mkdir(parents=True, exist_ok=True)
@@ -585,7 +610,7 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
         passing = []
         if run_tests:
             passing = _passing_upstream(old, onto, names, pip_args)
-        state = State(from_line, onto, names, commits, named_drops=drops, passing_upstream=passing,
+        state = State(from_line, onto, names, commits, named_drops=drops, edits=edits, passing_upstream=passing,
                       vllm_before=None if state_of_tree == "absent" else from_line)
         _prepare_work_tree(paths, new_wheel)
         state.save(paths)
@@ -738,6 +763,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--onto", help="the upstream release the new line is based on")
     parser.add_argument("--drop", action="append", metavar="NNNN=RELEASE",
                         help="drop patch NNNN: upstream carries its behaviour since RELEASE (repeatable)")
+    parser.add_argument("--edit", action="append", metavar="NNNN", default=[],
+                        help="stop at patch NNNN even when it merges, to port it (repeatable; with the start)")
     parser.add_argument("--no-tests", action="store_true",
                         help="do not run the mapped tests on the new base to find patches upstream carries")
     what = parser.add_mutually_exclusive_group()
@@ -760,7 +787,7 @@ def run_command(args: argparse.Namespace) -> int:
             from_line = args.from_line or args.line or get_line().name
             if from_line not in line_names():
                 raise SeriesError(f"--from {from_line}: no such line ({', '.join(line_names())})")
-            start(from_line, args.onto, parse_drops(args.drop), run_tests=not args.no_tests)
+            start(from_line, args.onto, parse_drops(args.drop), run_tests=not args.no_tests, edits=args.edit)
     except RebaseStopped as e:
         print(str(e), file=sys.stderr)
         return 1

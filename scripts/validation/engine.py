@@ -109,11 +109,27 @@ def input_preparation_kind(worker) -> str:
     """Runs in the worker: how its MRV2 runner prepares step inputs —
     ``"native"`` (patch 0008's native CPU kernels, no usable Triton),
     ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
-    ``"triton"`` (compiled Triton kernels)."""
+    ``"triton"`` (compiled Triton kernels). On the 0.26.0 line the native
+    kernels say whether they are installed (``input_preparation.installed``);
+    from 0.32.0 on they are kernel overrides registered with upstream's
+    dispatcher (``KERNEL_OVERRIDES``), installed when every kernel they name
+    is a ``KernelOverride`` in the worker."""
+    import importlib
+
     from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
     from vllm.v1.worker.cpu import input_preparation
 
-    if input_preparation.installed():
+    if hasattr(input_preparation, "installed"):
+        native = input_preparation.installed()
+    else:
+        from vllm.triton_utils.dispatcher import KernelOverride
+
+        def overridden(name: str) -> bool:
+            module_name, attr = name.rsplit(".", 1)
+            return isinstance(getattr(importlib.import_module(module_name), attr), KernelOverride)
+
+        native = all(overridden(name) for name in input_preparation.KERNEL_OVERRIDES)
+    if native:
         return "native"
     return "triton-interpreter" if TRITON_VIA_INTERPRETER else "triton"
 

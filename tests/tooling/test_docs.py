@@ -98,9 +98,13 @@ def restated_facts() -> dict[str, str]:
 
 def scanned_files() -> list:
     """Everything but the lines themselves and the changelog (history): the
-    pages, the Makefile, CI, requirements, setup.py and our Python."""
+    pages, the Makefile, CI, requirements, setup.py and our Python. The
+    bench's own environments (``requirements/bench-*.txt``: the peers,
+    infinity-emb) pin their own torch, which is no line's base fact even
+    when a line's base pins the same version."""
     files = [REPO / "README.md", REPO / "Makefile", REPO / "setup.py", REPO / "pyproject.toml",
-             *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "requirements").glob("*")),
+             *sorted((REPO / "docs").glob("*.md")),
+             *sorted(p for p in (REPO / "requirements").glob("*") if not p.name.startswith("bench-")),
              *sorted((REPO / "ci").rglob("*.*")), *sorted((REPO / ".ci").glob("*")),
              *sorted(p for d in ("scripts", "tests") for p in (REPO / d).rglob("*.py") if "__pycache__" not in p.parts)]
     return [f for f in files if f.is_file()]

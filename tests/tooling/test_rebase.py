@@ -133,6 +133,33 @@ def test_continue_after_the_maintainer_resolved_writes_the_new_line(old_line):
     assert not paths.state_dir.exists()
 
 
+def test_edit_stops_at_a_patch_that_merges_so_the_maintainer_ports_it(old_line):
+    paths, pip_args = old_line
+    with pytest.raises(RebaseStopped) as e:
+        start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args, edits=["0001"])
+    assert str(e.value).splitlines()[0] == (
+        "rebase of line 1.0.0 onto 1.1.0 stopped at 0001-config.patch (patch 1 of 4) as asked (--edit 0001): it "
+        "merges into vLLM 1.1.0 + the 0 patches carried so far, and vllm/ holds the merge. Port it there (a textual "
+        "merge can still need porting), then:")
+    merged = CFG_NEW.replace("OPTION_3 = 3\n", "OPTION_3 = 300\n")
+    assert (paths.work_tree / "config.py").read_text() == merged
+    (paths.work_tree / "config.py").write_text(merged.replace("OPTION_3 = 300\n", "OPTION_3 = 301\n"))
+    with pytest.raises(RebaseStopped, match="stopped at 0002-runner.patch"):
+        resume(paths=paths)
+    (paths.work_tree / "runner.py").write_text(RUN_NEW.replace("compute(5)", "compute(500)"))
+    dest = resume(paths=paths)
+    assert read_series(dest / "series") == ["0001-config.patch", "0002-runner.patch"]
+    assert "+OPTION_3 = 301" in (dest / "0001-config.patch").read_text()
+    assert lint(dest) == []
+
+
+def test_edit_of_a_number_outside_the_line_is_refused(old_line):
+    paths, pip_args = old_line
+    with pytest.raises(SeriesError, match="--edit names no patch of line 1.0.0: 0009"):
+        start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args, edits=["0009"])
+    assert not paths.state_dir.exists()
+
+
 def test_continue_can_drop_the_patch_it_stopped_at(old_line):
     paths, pip_args = old_line
     stop_at_0002(paths, pip_args)
