@@ -58,3 +58,20 @@ def patches_dir(tmp_path):
 
 def tree_files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the tests marked ``line(...)`` that do not name the line under
+    test (``scripts.series.lines.get_line()``: ``make LINE=`` exports it as
+    ``VDIST_LINE``). Deselected, not skipped: pytest reports them as
+    deselected, never as passed."""
+    from scripts.series.lines import get_line
+
+    line = get_line().name
+    keep, drop = [], []
+    for item in items:
+        marks = list(item.iter_markers("line"))
+        (drop if marks and not any(line in mark.args for mark in marks) else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -7,6 +7,7 @@ and the runner's unbound method called on a stand-in ``self``."""
 
 from __future__ import annotations
 
+import inspect
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -22,10 +23,12 @@ VOCAB = 30522
 @contextmanager
 def _stand_in_vllm_config():
     """``get_current_vllm_config()`` for pooler construction: whole prompts
-    (no chunked prefill), fp32 head."""
+    (no chunked prefill), no async scheduling (as the CPU platform sets it),
+    fp32 head."""
     from vllm.config.vllm import set_current_vllm_config
 
-    cfg = SimpleNamespace(scheduler_config=SimpleNamespace(enable_chunked_prefill=False),
+    # async_scheduling: read by AllPool on 0.32.0 (clones its outputs when on), not on 0.26.0
+    cfg = SimpleNamespace(scheduler_config=SimpleNamespace(enable_chunked_prefill=False, async_scheduling=False),
                           model_config=SimpleNamespace(head_dtype=None))
     with set_current_vllm_config(cfg):  # type: ignore[arg-type]
         yield
@@ -109,7 +112,8 @@ def mrv2_step(step: dict):
 
     # MRV2's CPU runner (GPUModelRunner with the CPU's output hand-off): what runs here.
     import vllm.v1.worker.gpu.model_runner as gpu_model_runner
-    from vllm.v1.worker.cpu.model_runner import CPUModelRunner, cpu_pooling_output
+    from vllm.v1.worker.cpu import model_runner as cpu_model_runner
+    from vllm.v1.worker.cpu.model_runner import CPUModelRunner
     from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
     pooler, task = make_pooler(step["variant"])
@@ -141,13 +145,17 @@ def mrv2_step(step: dict):
         main_stream=torch.cuda.current_stream(), output_copy_stream=torch.cuda.Stream(),
         postprocess_num_computed_tokens=lambda batch: None,  # device-side, not pooling
         eplb=SimpleNamespace(step=lambda **kwargs: None))
-    # the CPU runner's hand-off, put in place of AsyncPoolingOutput as the CPU runner does
-    gpu_model_runner.AsyncPoolingOutput = cpu_pooling_output
+    # the CPU runner's hand-off: a class attribute of the runner on the 0.32.0 line (0009);
+    # on the 0.26.0 line the CPU runner puts it in place of the module's AsyncPoolingOutput
+    if hasattr(CPUModelRunner, "async_pooling_output_cls"):
+        fake.async_pooling_output_cls = CPUModelRunner.async_pooling_output_cls
+    else:
+        gpu_model_runner.AsyncPoolingOutput = cpu_model_runner.cpu_pooling_output
     hidden = step["hidden"]
 
     def run():
         fake.execute_model_state = SimpleNamespace(input_batch=input_batch, hidden_states=hidden,
-                                                   finished_req_ids=set())
+                                                   finished_req_ids=set(), ec_connector_output=None)
         output = CPUModelRunner.pool(fake)
         return output.get_output() if hasattr(output, "get_output") else output
 
@@ -166,9 +174,13 @@ def v1_step(step: dict):
 
     pooler, task = make_pooler(step["variant"])
     n, lens, max_reqs = step["n"], step["lens"], step["max_reqs"]
-    input_batch = InputBatch(max_num_reqs=max_reqs, max_model_len=512, max_num_batched_tokens=max_reqs * 512,
-                             device=torch.device("cpu"), vocab_size=VOCAB, block_sizes=[16],
-                             kernel_block_sizes=[16], max_num_blocks_per_req=[32], is_pooling_model=True)
+    batch_kwargs = dict(max_num_reqs=max_reqs, max_model_len=512, max_num_batched_tokens=max_reqs * 512,
+                        device=torch.device("cpu"), vocab_size=VOCAB, block_sizes=[16],
+                        max_num_blocks_per_req=[32], is_pooling_model=True)
+    # the attention kernels' block sizes: a parameter of InputBatch on 0.26.0, gone on 0.32.0
+    if "kernel_block_sizes" in inspect.signature(InputBatch).parameters:
+        batch_kwargs["kernel_block_sizes"] = [16]
+    input_batch = InputBatch(**batch_kwargs)
     li = LateInteractionRunner()
     for i in range(n):
         params = _params(step["variant"], task, i)

@@ -3,9 +3,10 @@ its artifacts through pip, verify their sha256 digests, cache them for reuse.
 
 Every fact of a base lives in its ``base.toml`` only (version, release date,
 artifacts with sha256, the platform tag their file names carry, the torch the
-line installs, bundled packages, upstream sources, the series label and
-revision): the Makefile, ``setup.py``, the tooling, the tests and the docs
-read them from there, through this module.
+line installs, bundled packages, upstream sources and the node ids of the
+upstream tests run from them, the series label and revision): the Makefile,
+``setup.py``, the tooling, the tests and the docs read them from there,
+through this module.
 
 Command line (``--line``: a line of ``patches/``, default ``$VDIST_LINE`` or
 ``patches/lines.toml``'s default; ``scripts.series.lines``)::
@@ -94,6 +95,18 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class UpstreamSources(Artifact):
+    """An upstream source distribution pinned as ``[upstream-sources.<name>]``
+    in ``base.toml``, and ``tests``: the pytest node ids, relative to the
+    sdist's top directory (``tests/...py::test_name``), of upstream's own
+    tests that run from it, unmodified, against the line's tree. They are
+    base facts as much as the file: a later sdist may move, rewrite or
+    rename them."""
+
+    tests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DebianPackage:
     """One pinned Debian binary package whose files a flavor's wheel bundles
     under ``vllm/libs/`` (``[bundled.<flavor>.<name>]`` in ``base.toml``;
@@ -117,10 +130,10 @@ class Base:
     """The upstream release a line's series applies to, the series revision,
     the torch the line installs (``torch``: a version for ``pip install
     torch==<version>``; empty when the base pins none), the packages each
-    flavor bundles, and upstream sources its tests use (none unless
-    ``base.toml`` pins some). ``line`` is the line's name and ``dir`` its
-    directory (``patches/<line>``, where its series is), when the base was
-    read from a file."""
+    flavor bundles, and upstream sources its tests use, with the upstream
+    tests that run from them (none unless ``base.toml`` pins some). ``line``
+    is the line's name and ``dir`` its directory (``patches/<line>``, where
+    its series is), when the base was read from a file."""
 
     version: str
     released: str
@@ -129,7 +142,7 @@ class Base:
     artifacts: dict[str, Artifact]
     bundled: dict[str, list[DebianPackage]] = field(default_factory=dict)
     torch: str = ""
-    upstream: dict[str, Artifact] = field(default_factory=dict)
+    upstream: dict[str, UpstreamSources] = field(default_factory=dict)
     line: str = ""
     dir: Path | None = None
 
@@ -215,17 +228,19 @@ def load_base(line: str | Path | None = None) -> Base:
                                       p["filename"], p["sha256"], dict(p["files"]))
                         for name, p in sorted(table.items())]
                for flavor, table in data.get("bundled", {}).items()}
-    upstream = {name: Artifact("sdist", a["project"], a["version"], a["filename"], a["sha256"])
+    upstream = {name: UpstreamSources("sdist", a["project"], a["version"], a["filename"], a["sha256"],
+                                      tuple(a["tests"]))
                 for name, a in data.get("upstream-sources", {}).items()}
     return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled,
                 torch=data.get("torch", {}).get("version", ""), upstream=upstream,
                 line=path.parent.name, dir=path.parent)
 
 
-def upstream_sources(name: str, line: str | Path | None = None) -> Artifact:
+def upstream_sources(name: str, line: str | Path | None = None) -> UpstreamSources:
     """The upstream source distribution pinned as ``[upstream-sources.<name>]``
-    in the ``base.toml`` of ``line`` (upstream's own tests run against our
-    tree from it). Raises ``BaseError`` for a name base.toml does not pin."""
+    in the ``base.toml`` of ``line``, with the node ids of upstream's own tests
+    that run against our tree from it. Raises ``BaseError`` for a name
+    base.toml does not pin."""
     base = load_base(line)
     if name not in base.upstream:
         raise BaseError(f"base.toml of line {base.line} pins no [upstream-sources.{name}] "
@@ -447,6 +462,7 @@ def show(base: Base) -> str:
             lines.append(f"bundled {flavor}: {p.name} = Debian {p.package} {p.version} ({p.filename}) sha256 {p.sha256}")
     for name, a in base.upstream.items():
         lines.append(f"upstream sources {name}: {a.filename} (project {a.project}) sha256 {a.sha256}")
+        lines += [f"upstream sources {name} test: {test}" for test in a.tests]
     return "\n".join(lines)
 
 

@@ -20,10 +20,14 @@ in the ``tests``/``scripts`` modules they import from. In that code it takes
   run in a subprocess).
 
 Attributes of objects (``config._method()``) are not followed: their types
-are not known statically. Imports in an ``except ImportError`` block are a
-test's fallbacks for releases where upstream moved a name
-(``tests/unit/upstream_names.py``): they are not checked against the base. A name is defined by a module of the base when its
-top level binds it (``def``, ``class``, assignment, import, also under
+are not known statically. A ``try`` with an ``except ImportError`` handler
+that imports a name where other releases keep it (upstream moved it;
+``tests/unit/upstream_names.py``) holds alternatives, as each line's base
+keeps the name in one of those homes: the test reaches what the ``try``
+body reaches when the base defines all of that, else the vLLM imports of a
+handler whose imports the base all defines; when neither holds, the body's
+missing names are reported. A name is defined by a module of the base when
+its top level binds it (``def``, ``class``, assignment, import, also under
 ``if``/``try``), through a ``from m import *``, as a submodule, or, in a
 module with a module ``__getattr__``, when the module names it in a string
 (vLLM's lazy attributes).
@@ -75,6 +79,9 @@ class _Reach:
         self.modules: dict[Path, _Module] = {}
         self.seen: set[tuple[Path, str]] = set()
         self.found: set[tuple[str, str | None]] = set()  # (module, name or None for the module itself)
+        # a try with an except ImportError handler -> what its body reaches, then
+        # the vLLM imports of each such handler (alternatives: see the module docstring)
+        self.alternatives: dict[tuple[Path, int], list[set[tuple[str, str | None]]]] = {}
 
     def module(self, path: Path) -> _Module:
         if path not in self.modules:
@@ -139,19 +146,28 @@ class _Reach:
     def code(self, mod: _Module, node: ast.AST) -> None:
         """Collect what ``node`` (code of ``mod``) reaches."""
         aliases = self._aliases(mod)
-        fallbacks = _fallback_nodes(mod.tree)
+        branches = _import_alternatives(mod.tree)
         for sub in ast.walk(node):
-            if id(sub) in fallbacks:
-                continue
+            found = self.found
+            if id(sub) in branches:
+                try_node, branch, n = branches[id(sub)]
+                found = self.alternatives.setdefault((mod.path, id(try_node)), [set() for _ in range(n)])[branch]
+                if branch:  # a handler: only its vLLM imports count
+                    if isinstance(sub, ast.Import):
+                        found.update((a.name, None) for a in sub.names if a.name.split(".")[0] == "vllm")
+                    elif isinstance(sub, ast.ImportFrom) and sub.module and not sub.level \
+                            and sub.module.split(".")[0] == "vllm":
+                        found.update((sub.module, a.name) for a in sub.names)
+                    continue
             if isinstance(sub, ast.Import):
                 for a in sub.names:
                     if a.name.split(".")[0] == "vllm":
-                        self.found.add((a.name, None))
+                        found.add((a.name, None))
                     elif (path := self._our_module_path(a.name)) is not None:
                         self.module(path)
             elif isinstance(sub, ast.ImportFrom) and sub.module and not sub.level:
                 if sub.module.split(".")[0] == "vllm":
-                    self.found.update((sub.module, a.name) for a in sub.names)
+                    found.update((sub.module, a.name) for a in sub.names)
                 elif (path := self._our_module_path(sub.module)) is not None:
                     self.module(path)  # its top level runs; its functions when called
                     for a in sub.names:  # a module of ours imported by name
@@ -164,27 +180,27 @@ class _Reach:
                     if (path := self._our_module_path(other_name)) is not None:
                         self.definition(self.module(path), name)
             elif isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in aliases:
-                self.found.add((aliases[sub.value.id], sub.attr))
+                found.add((aliases[sub.value.id], sub.attr))
             elif isinstance(sub, ast.Call) and _is_setattr(sub) and len(sub.args) >= 2:
                 target, attr = sub.args[0], sub.args[1]
                 if isinstance(target, ast.Name) and target.id in aliases and isinstance(attr, ast.Constant) \
                         and isinstance(attr.value, str):
-                    self.found.add((aliases[target.id], attr.value))
+                    found.add((aliases[target.id], attr.value))
             elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-                self._string(sub.value)
+                self._string(sub.value, found)
 
-    def _string(self, text: str) -> None:
+    def _string(self, text: str, found: set[tuple[str, str | None]]) -> None:
         for m in _CODE_IMPORT.finditer(text):
             if m.group(3):
-                self.found.add((m.group(3), None))
+                found.add((m.group(3), None))
             else:
                 for item in m.group(2).strip("() \t\n").split(","):
                     name = item.split()[0] if item.split() else ""
                     if name:
-                        self.found.add((m.group(1), name))
+                        found.add((m.group(1), name))
         if _DOTTED.fullmatch(text.strip()):
             module, _, name = text.strip().rpartition(".")
-            self.found.add((module, name))
+            found.add((module, name))
 
     def _aliases(self, mod: _Module) -> dict[str, str]:
         """Names bound to vLLM modules anywhere in ``mod`` (``import vllm.a.b
@@ -202,15 +218,23 @@ class _Reach:
         return out
 
 
-def _fallback_nodes(tree: ast.AST) -> set[int]:
-    """ids of the nodes inside ``except ImportError`` (or ``ModuleNotFoundError``)
-    handlers of ``tree``: imports of names a later release moved."""
-    out: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ExceptHandler) and isinstance(node.type, ast.Name) \
-                and node.type.id in ("ImportError", "ModuleNotFoundError"):
-            for stmt in node.body:
-                out.update(id(n) for n in ast.walk(stmt))
+def _import_alternatives(tree: ast.AST) -> dict[int, tuple[ast.Try, int, int]]:
+    """For the nodes of ``tree`` inside a ``try`` that has ``except
+    ImportError`` (or ``ModuleNotFoundError``) handlers, ids of those nodes
+    -> (the ``try``, 0 in its body or i in its i-th such handler, 1 + the
+    number of such handlers): the homes of names releases keep in different
+    modules. The innermost ``try`` wins."""
+    out: dict[int, tuple[ast.Try, int, int]] = {}
+    for node in ast.walk(tree):  # outer before inner: an inner try overrides
+        if not isinstance(node, ast.Try):
+            continue
+        handlers = [h for h in node.handlers if isinstance(h.type, ast.Name)
+                    and h.type.id in ("ImportError", "ModuleNotFoundError")]
+        if not handlers:
+            continue
+        for branch, stmts in enumerate([node.body, *(h.body for h in handlers)]):
+            for stmt in stmts:
+                out.update((id(n), (node, branch, 1 + len(handlers))) for n in ast.walk(stmt))
     return out
 
 
@@ -241,9 +265,17 @@ def _split_node(node: str) -> tuple[str, list[str]]:
 
 def reached_names(node: str, root: Path = REPO) -> set[tuple[str, str | None]]:
     """``(vllm module, name or None)`` for everything the test ``node`` (a
-    pytest node id relative to ``root``) reaches (see the module docstring).
-    Raises ``FileNotFoundError`` for a test file that is not there and
-    ``KeyError`` for a test the module does not define."""
+    pytest node id relative to ``root``) reaches (see the module docstring),
+    taking the body of each ``try`` with ``except ImportError`` handlers, not
+    the handlers. Raises ``FileNotFoundError`` for a test file that is not
+    there and ``KeyError`` for a test the module does not define."""
+    reach = _reach(node, root)
+    return reach.found.union(*(branches[0] for branches in reach.alternatives.values()))
+
+
+def _reach(node: str, root: Path) -> _Reach:
+    """What the test ``node`` reaches (``reached_names``), with the
+    alternatives of its ``try``/``except ImportError`` blocks apart."""
     path, parts = _split_node(node)
     reach = _Reach(root)
     mod = reach.module(root / path)
@@ -272,7 +304,7 @@ def reached_names(node: str, root: Path = REPO) -> set[tuple[str, str | None]]:
                     _decorator_name(dec) == "fixture" for dec in d.decorator_list):
                 for arg in d.args.args:
                     reach.fixture(reach.modules[p], arg.arg)
-    return reach.found
+    return reach
 
 
 def _decorator_name(dec: ast.AST) -> str:
@@ -358,9 +390,23 @@ def _resolve(module: str, path: Path, imp: ast.ImportFrom) -> str:
 def unknown_names(node: str, sources: BaseSources, root: Path = REPO) -> list[str]:
     """The vLLM names test ``node`` reaches that ``sources`` (a base's
     unpatched sources) do not define, as ``module.name`` (``module`` for a
-    missing module), sorted."""
+    missing module), sorted. Of a ``try`` with ``except ImportError``
+    handlers, the body's names when neither they nor the vLLM imports of one
+    of those handlers are all defined (see the module docstring)."""
+    reach = _reach(node, root)
+    out = _undefined(reach.found, sources)
+    for body, *handlers in reach.alternatives.values():
+        missing = _undefined(body, sources)
+        if missing and not any(imports and not _undefined(imports, sources) for imports in handlers):
+            out |= missing
+    return sorted(out)
+
+
+def _undefined(names: set[tuple[str, str | None]], sources: BaseSources) -> set[str]:
+    """Those of ``names`` (``reached_names``) ``sources`` do not define, as
+    ``unknown_names`` reports them."""
     out = set()
-    for module, name in reached_names(node, root):
+    for module, name in names:
         if sources.defines(module, None):
             if name is not None and not sources.defines(module, name):
                 out.add(f"{module}.{name}")
@@ -370,7 +416,7 @@ def unknown_names(node: str, sources: BaseSources, root: Path = REPO) -> list[st
         parent, _, last = module.rpartition(".")
         if not (parent and sources.defines(parent, None) and sources.defines(parent, last)):
             out.add(module if not parent or not sources.defines(parent, None) else f"{parent}.{last}")
-    return sorted(out)
+    return out
 
 
 def base_sources(base: Base) -> BaseSources:

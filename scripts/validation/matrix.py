@@ -99,7 +99,7 @@ def use_task(llm, task: str) -> None:
 
 def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
     """Every (task, runner) row of ``case``: one engine per runner
-    (``vllm_runner``: the runner asserted, ``case.default`` by vLLM's default
+    (``vllm_runner``: the runner asserted, ``case.default_runner`` by vLLM's default
     choice, V1 by ``VLLM_USE_V2_MODEL_RUNNER=0``), every task through it.
     Never raises: a row that cannot run fails with its reason."""
     rows: list[Row] = []
@@ -124,7 +124,7 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
         try:
             if refs is None:
                 raise RuntimeError(setup_error)
-            with environ(**own_process), vllm_runner(model, "default" if runner == case.default else "v1",
+            with environ(**own_process), vllm_runner(model, "default" if runner == case.default_runner else "v1",
                                                      want=runner, **{**ENGINE_DEFAULTS, **case.engine}) as llm:
                 ran, prep = runner, input_preparation(llm) if runner == "MRV2" else None
                 default_task = llm.pooling_task

@@ -54,6 +54,17 @@ MORE_DECODERS = {  # last-token rows only
     "phi3": ("Phi3ForCausalLM", decoder("Phi3Config", "Phi3ForCausalLM", pad_token_id=0)),
     "glm": ("GlmForCausalLM", decoder("GlmConfig", "GlmForCausalLM", pad_token_id=0)),
 }
+# vLLM's own GLM (glm.py) is gone from the registry after 0.26.0: later releases serve
+# GlmForCausalLM through the Transformers backend only (its family has its own row).
+DECODER_LINES = {"glm": ("0.26.0",)}
+LATER_LINES = ("0.32.0",)  # the lines after 0.26.0
+SMALL_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
+# DeepSeek-V3 (MLA layout: q and kv LoRA projections; heads of 32 + 32 rotary = 64, values of 64), its
+# published MoE routing (sigmoid scores, noaux_tc, groups) at small sizes; head_dim is the rotary part
+DEEPSEEK_V3 = dict(num_key_value_heads=2, head_dim=32, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32,
+                   qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=4, num_experts_per_tok=2, n_group=2,
+                   topk_group=1, n_shared_experts=1, moe_intermediate_size=64, first_k_dense_replace=1,
+                   topk_method="noaux_tc", scoring_func="sigmoid")
 
 RM_HEAD = {"score.0.weight": (128, 128), "score.0.bias": (128,), "score.2.weight": (1, 128),
            "score.2.bias": (1,)}
@@ -64,6 +75,9 @@ RERANKER = {"architectures": ["Qwen3ForSequenceClassification"], "classifier_fro
 BGE_M3_FILES = {"sparse_linear.pt": {"weight": (1, 128), "bias": (1,)},
                 "colbert_linear.pt": {"weight": (128, 128), "bias": (128,)}}
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
+# Reward models: the 0.26.0 line keeps them on V1 (patch 0011: MRV2 there serves token-level
+# tasks for encoder-only models only); from 0.28.0 upstream's pooling runner serves them on MRV2.
+REWARD_DEFAULT = {"0.26.0": "V1", "0.32.0": "MRV2"}
 GTE = partial(ref.embed, config_cls="GteConfig")  # new-impl's NewConfig is transformers' GteConfig
 JINA = {"config_cls": "JinaEmbeddingsV3Config"}  # XLMRobertaFlashConfig: transformers' Jina-v3 port
 # base defects (V1 too), both on the CPU: (1) with AMX, vllm/model_executor/layers/utils.py packed every
@@ -140,13 +154,21 @@ CASES: list[Case] = [
          num_labels=3, **roberta), (TOKEN_CLASSIFY,), BPE),
     # --- decoder embedders: last token (the default) and mean pooling
     *[Case(f"{k}-last", "decoder embedders", arch, make, (EMBED_LAST,), MINILM + ", last token",
-           checkpoint=k, smoke=k == "qwen3") for k, (arch, make) in {**DECODERS, **MORE_DECODERS}.items()],
+           checkpoint=k, smoke=k == "qwen3", lines=DECODER_LINES.get(k))
+      for k, (arch, make) in {**DECODERS, **MORE_DECODERS}.items()],
     *[Case(f"{k}-mean", "decoder embedders", arch, make, (EMBED_MEAN,), MINILM + ", pooler MEAN",
            engine=MEAN, checkpoint=k) for k, (arch, make) in DECODERS.items()],
     Case("llama-bidirectional", "decoder embedders", "LlamaBidirectionalModel", decoder(
          "LlamaConfig", "LlamaModel", architectures=["LlamaBidirectionalModel"], pooling="avg"),
          (T("embed", partial(ref.embed, pooling="MEAN", bidirectional=True)),),
          MINILM + ", bidirectional attention, pooling avg"),
+    Case("deepseek-v3-bidirectional", "decoder embedders", "DeepseekV3BidirectionalModel", decoder(
+         "DeepseekV3Config", "DeepseekV3Model", architectures=["DeepseekV3BidirectionalModel"], is_causal=False,
+         **DEEPSEEK_V3), (T("embed", partial(ref.embed, pooling="LAST", bidirectional=True)),
+                          T("token_embed", partial(ref.token_embed, bidirectional=True))),
+         MINILM + ", bidirectional (is_causal false: vLLM's non-MLA attention path), q/kv LoRA ranks 64, "
+         "layer 0 dense, layer 1 MoE (4 routed experts, 2 per token, sigmoid noaux_tc, 1 shared), last token",
+         lines=LATER_LINES),
     # --- decoder classifiers and rerankers
     Case("qwen3-seq-cls", "decoder classifiers/rerankers", "Qwen3ForSequenceClassification", decoder(
          "Qwen3Config", "Qwen3ForSequenceClassification", num_labels=3, pad_token_id=0), (CLASSIFY,),
@@ -165,14 +187,14 @@ CASES: list[Case] = [
          make_custom, config_cls="Qwen2Config", backbone_cls="Qwen2Model", decoder=True,
          architectures=["Qwen2ForRewardModel"], prefix="model.", heads=RM_HEAD),
          (T("token_classify", partial(ref.reward, use_activation=False)),),
-         MINILM + ", reward per token, raw scores (use_activation off by default)", default="V1",
+         MINILM + ", reward per token, raw scores (use_activation off by default)", default=REWARD_DEFAULT,
          smoke=True, known_fault=REWARD_FAULT),
     Case("qwen2-prm", "reward", "Qwen2ForProcessRewardModel", partial(
          make_custom, config_cls="Qwen2Config", backbone_cls="Qwen2Model", decoder=True,
          architectures=["Qwen2ForProcessRewardModel"], prefix="model.", heads=PRM_HEAD),
          (T("token_classify", partial(ref.reward, **STEP)),),
          MINILM + ", STEP pooling: step_tag_id 1012 ('.'), returned_token_ids [1, 0]",
-         engine={"pooler_config": dict(STEP)}, default="V1", known_fault=REWARD_FAULT),
+         engine={"pooler_config": dict(STEP)}, default=REWARD_DEFAULT, known_fault=REWARD_FAULT),
     # --- sparse
     Case("splade", "sparse", "BertSpladeSparseEmbeddingModel", partial(
          make_hf, config_cls="BertConfig", model_cls="BertForMaskedLM",
@@ -217,7 +239,34 @@ CASES: list[Case] = [
          decoder("Qwen3Config", "Qwen3ForSequenceClassification", num_labels=3, pad_token_id=0), (CLASSIFY,),
          MINILM + ", model_impl=transformers", engine={"model_impl": "transformers"},
          checkpoint="qwen3-seq-cls"),
+    # MoE models: on MRV2 by default from 0.29.0 (the 0.26.0 line keeps them on V1: its
+    # selector cases in scripts/validation/selector_cases.py)
+    Case("transformers-moe-embed", "transformers backend", "TransformersMoEEmbeddingModel",
+         decoder("Qwen3MoeConfig", "Qwen3MoeModel", **SMALL_MOE), (EMBED_LAST,),
+         MINILM + ", model_impl=transformers, 4 experts (2 per token), last token",
+         engine={"model_impl": "transformers"}, lines=LATER_LINES),
+    Case("transformers-moe-cls", "transformers backend", "TransformersMoEForSequenceClassification",
+         decoder("Qwen3MoeConfig", "Qwen3MoeForSequenceClassification", num_labels=3, pad_token_id=0,
+                 **SMALL_MOE), (CLASSIFY,),
+         MINILM + ", model_impl=transformers, 4 experts (2 per token)", engine={"model_impl": "transformers"},
+         lines=LATER_LINES),
+    Case("privacy-filter", "token classifiers", "OpenAIPrivacyFilterForTokenClassification",
+         decoder("OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterForTokenClassification", num_labels=3,
+                 num_local_experts=4, num_experts_per_tok=2, pad_token_id=0), (TOKEN_CLASSIFY,),
+         MINILM + ", GPT-OSS experts (4, 2 per token)", lines=LATER_LINES),
 ]
+
+
+def of_this_line(items: list) -> list:
+    """The items (cases, selector cases: anything with ``lines``) of the line under
+    test (``scripts.series.lines.get_line``): those whose ``lines`` is None or names it."""
+    from scripts.series.lines import get_line
+
+    line = get_line().name
+    return [c for c in items if c.lines is None or line in c.lines]
+
+
+CASES = of_this_line(CASES)
 
 
 def case(case_id: str) -> Case:

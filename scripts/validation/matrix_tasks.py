@@ -6,6 +6,8 @@ engine calls per task. The cases themselves are data in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
@@ -52,15 +54,28 @@ class Case:
     tasks: tuple[Task, ...]
     prep: str  # how the inputs are prepared (tokenizer, engine options)
     engine: dict = field(default_factory=dict)
-    default: str = "MRV2"
+    # The runner vLLM picks for it by default: one for every line, or {line: runner} where
+    # the lines' bases differ (a line missing from the mapping is a KeyError, not a guess).
+    default: str | Mapping[str, str] = "MRV2"
     checkpoint: str | None = None  # directory name shared by cases on one checkpoint (default: id)
     smoke: bool = False
     known_fault: str | None = None  # a fault the lead fixes in the series (issue 13, "Found already")
+    lines: tuple[str, ...] | None = None  # the lines whose base has the architecture (None: every line)
+
+    @property
+    def default_runner(self) -> str:
+        """``"MRV2"`` or ``"V1"``: the runner vLLM picks for the case by default on the
+        line under test (``scripts.series.lines.get_line``)."""
+        if isinstance(self.default, str):
+            return self.default
+        from scripts.series.lines import get_line
+
+        return self.default[get_line().name]
 
     @property
     def runners(self) -> tuple[str, ...]:
         """The runners the case is checked on: its default (asserted) and V1, or V1 alone."""
-        return ("MRV2", "V1") if self.default == "MRV2" else ("V1",)
+        return ("MRV2", "V1") if self.default_runner == "MRV2" else ("V1",)
 
 
 def _sentences() -> list[str]:

@@ -93,9 +93,9 @@ def embed(model_dir, prompts, pooling="CLS", bidirectional=False, config_cls=Non
                                                             config_cls=config_cls)]
 
 
-def token_embed(model_dir, prompts, config_cls=None):
-    """Per-token last hidden states, each L2-normalised."""
-    return [l2_normalize(h) for h in forward(model_dir, prompts, config_cls=config_cls)]
+def token_embed(model_dir, prompts, config_cls=None, bidirectional=False):
+    """Per-token last hidden states, each L2-normalised (``bidirectional``: see ``forward``)."""
+    return [l2_normalize(h) for h in forward(model_dir, prompts, bidirectional=bidirectional, config_cls=config_cls)]
 
 
 def classify(model_dir, prompts):

@@ -28,6 +28,7 @@ import torch
 
 from scripts.validation.engine import vllm_runner
 from scripts.validation.models import make_tiny_bert
+from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-4
 TEXT = "terrible service, never again"
@@ -128,15 +129,13 @@ def serve(llm, request_obj):
     """The server's cross-encoder pre-processing of ``request_obj`` (the
     io-processor ``/score`` and ``/rerank`` use), its engine inputs and
     pooling parameters run on this engine; returns (token ids, scores)."""
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
 
     io = llm.pooling_io_processors["cross-encoder"]
-    ctx = PoolingServeContext(request=request_obj, model_name="tiny", request_id="faults18",
-                              pooling_params=io.create_pooling_params(request_obj))
-    io.pre_process_online(ctx)
-    prompts = [{"prompt_token_ids": list(e["prompt_token_ids"])} for e in ctx.engine_inputs]
-    outputs = llm.classify(prompts, pooling_params=ctx.pooling_params, use_tqdm=False)
-    return [p["prompt_token_ids"] for p in prompts], [o.outputs.probs[0] for o in outputs]
+    ctx = serve_context(request_obj, "tiny", "faults18", io.create_pooling_params(request_obj))
+    inputs = server_pre_process(io, ctx)
+    outputs = llm.classify([{"prompt_token_ids": ids} for ids, _ in inputs],
+                           pooling_params=[params for _, params in inputs], use_tqdm=False)
+    return [ids for ids, _ in inputs], [o.outputs.probs[0] for o in outputs]
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

@@ -5,8 +5,9 @@ engine down.
   MiniLM's word pieces): ``-1`` raised ``IndexError`` in the embedding layer
   and killed the engine, ``30522`` (the vocabulary size) was embedded from a
   padding row. Every offline entry that takes token ids (``LLM.embed``,
-  ``LLM.encode``, ``LLM.classify``, ``LLMEngine.add_request``) must raise a
-  ``ValueError`` naming the id and the range, and the engine must keep
+  ``LLM.encode``, ``LLM.classify``, ``LLMEngine.add_request``) must raise
+  vLLM's ``VLLMValidationError`` (a ``ValueError`` up to 0.26.0, a
+  ``VLLMClientError`` from 0.27.0: the server's 400) naming the id and the range, and the engine must keep
   serving: the next request gets transformers' value.
 - An encoder-only model (no chunked prefill: bidirectional attention needs
   whole prompts) started with ``enable_chunked_prefill=True`` and a step
@@ -62,9 +63,11 @@ def tokens(*prompts):
 
 def assert_refused(name, call, case):
     """``call(prompts)`` (the entry ``name``) for a good prompt and the bad
-    one of ``case`` raises a ValueError naming the bad id and the range."""
+    one of ``case`` raises a VLLMValidationError naming the bad id and the range."""
+    from vllm.exceptions import VLLMValidationError
+
     ids, bad = BAD[case]
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(VLLMValidationError) as e:
         call(tokens(GOOD, ids))
     assert f"Token id {bad} is out of vocabulary" in str(e.value), name
     assert RANGE in str(e.value), name
@@ -138,13 +141,18 @@ def test_encoder_only_budget_holding_max_model_len_serves_and_refuses_longer(in_
     """The same flags with ``max_model_len=32``: it starts, prompts of up to
     32 tokens get transformers' CLS embeddings, a 40-token prompt is refused
     at once (a hang fails the test instead of blocking the run)."""
+    from vllm.exceptions import VLLMValidationError
+
     rng = random.Random(28)
     prompts = [[101] + [rng.randrange(1000, 29000) for _ in range(n - 2)] + [102] for n in (BUDGET, 17, BUDGET, 5)]
     with vllm_runner(encoder, runner, enable_chunked_prefill=True, max_num_batched_tokens=BUDGET,
                      max_model_len=BUDGET) as llm:
         got = call_within(lambda: llm.embed(tokens(*prompts), use_tqdm=False), 300)
-        with pytest.raises(ValueError, match=rf"maximum context length is {BUDGET} tokens. However, you requested "
-                                             r"0 output tokens and your prompt contains 40 input tokens"):
+        # the base's wording ("However, you requested 0 output tokens and your prompt contains 40
+        # input tokens"; from 0.27.0 "However, your prompt contains 40 input tokens, which exceeds")
+        with pytest.raises(VLLMValidationError, match=rf"maximum context length is {BUDGET} tokens. However, "
+                                                      r"(you requested 0 output tokens and )?your prompt "
+                                                      r"contains 40 input tokens"):
             llm.embed(tokens([101] + [2000] * 38 + [102]), use_tqdm=False)
     want = np.stack(embed(encoder, prompts, pooling="CLS"))
     np.testing.assert_allclose(np.asarray([o.outputs.embedding for o in got]), want, rtol=0, atol=TOL)

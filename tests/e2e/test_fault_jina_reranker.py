@@ -12,20 +12,21 @@ projector, a tokenizer with the embed/rerank tokens at Qwen's ids 151670 and
 151671, which vLLM's pooler looks for); no transformers class computes its
 scores, so the reference is vLLM's own unlimited call.
 
-One engine, on V1, the runner vLLM picks for this model (asserted): Model
-Runner V2 serves token-level pooling tasks for encoder-only models only
-(``PoolingRunner._get_enabled_tasks``, upstream PR 50574, kept by patch
-0011), and ``JinaForRanking`` is a decoder whose one task is
-``token_embed``, so vLLM runs it on V1 by default and refuses
-``VLLM_USE_V2_MODEL_RUNNER=1`` at start-up (asserted too). The limits are
-applied before the engine, in the scoring io-processor, whichever runner
-runs."""
+``JinaForRanking`` is a decoder whose one task is ``token_embed``. On the
+0.26.0 line Model Runner V2 serves token-level pooling tasks for
+encoder-only models only (``PoolingRunner._get_enabled_tasks``, upstream PR
+50574, kept by patch 0011), so vLLM runs it on V1 by default and refuses
+``VLLM_USE_V2_MODEL_RUNNER=1`` at start-up (asserted); from 0.28.0
+upstream's pooling runner serves them on MRV2, vLLM's default for it on
+later lines (asserted), and V1 runs the same call. The limits are applied
+before the engine, in the scoring io-processor, whichever runner runs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from scripts.series.lines import get_line
 from scripts.validation.engine import vllm_runner
 from scripts.validation.models import MODELS
 from scripts.validation.zoo_published import make_jina_reranker
@@ -35,6 +36,9 @@ DOCS = ["paris is the capital and largest city of france with more than two mill
         "the river flows north through the old town past the cathedral and the market square",
         "a man is playing a guitar"]
 MAX_QUERY, MAX_DOC = 5, 6
+# The runner vLLM picks for the model on the line under test, and the runners the test opens.
+DEFAULT_RUNNER = {"0.26.0": "V1"}.get(get_line().name, "MRV2")
+RUNNERS = {"default": DEFAULT_RUNNER} | ({} if DEFAULT_RUNNER == "V1" else {"v1": "V1"})
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +52,7 @@ def cut(tok, text: str, limit: int) -> str:
     return text if len(enc["input_ids"]) <= limit else text[: enc["offset_mapping"][limit - 1][1]]
 
 
+@pytest.mark.line("0.26.0")
 def test_model_runner_v2_refuses_the_model(model, monkeypatch):
     from vllm.engine.arg_utils import EngineArgs
 
@@ -56,7 +61,8 @@ def test_model_runner_v2_refuses_the_model(model, monkeypatch):
         EngineArgs(model=str(model), runner="pooling").create_engine_config()
 
 
-def test_offline_score_honours_the_token_limits(model, in_process):
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_offline_score_honours_the_token_limits(model, in_process, runner):
     from transformers import AutoTokenizer
 
     from vllm import PoolingParams
@@ -65,7 +71,7 @@ def test_offline_score_honours_the_token_limits(model, in_process):
     query, docs = cut(tok, QUERY, MAX_QUERY), [cut(tok, d, MAX_DOC) for d in DOCS]
     assert query != QUERY and docs[:2] != DOCS[:2] and docs[2] == DOCS[2]
     limits = PoolingParams(extra_kwargs={"max_tokens_per_query": MAX_QUERY, "max_tokens_per_doc": MAX_DOC})
-    with vllm_runner(model, "default", want="V1") as llm:
+    with vllm_runner(model, runner, want=RUNNERS[runner]) as llm:
         assert llm.llm_engine.vllm_config.model_config.architecture == "JinaForRanking"
         limited = llm.score(QUERY, DOCS, pooling_params=limits, use_tqdm=False)
         cut_first = llm.score(query, docs, use_tqdm=False)

@@ -20,6 +20,7 @@ import pytest
 
 from scripts.validation.engine import forward, l2_normalize, vllm_runner
 from scripts.validation.models import minilm_path
+from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-4
 MAX_MODEL_LEN = 128
@@ -70,15 +71,13 @@ def serve_embedding(llm, ids, use_activation):
     server's post-processing (combination). Returns the vector (float32)
     and the number of engine requests."""
     from vllm.entrypoints.pooling.embed.protocol import EmbeddingCompletionRequest
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
 
     io = llm.pooling_io_processors["embed"]
     request = EmbeddingCompletionRequest(model="minilm", input=ids, use_activation=use_activation)
-    ctx = PoolingServeContext(request=request, model_name="minilm", request_id="faults18",
-                              pooling_params=io.create_pooling_params(request))
-    io.pre_process_online(ctx)
-    prompts = [{"prompt_token_ids": list(e["prompt_token_ids"])} for e in ctx.engine_inputs]
-    ctx.final_res_batch = llm.encode(prompts, pooling_params=ctx.pooling_params,
+    ctx = serve_context(request, "minilm", "faults18", io.create_pooling_params(request))
+    inputs = server_pre_process(io, ctx)
+    prompts = [{"prompt_token_ids": ids} for ids, _ in inputs]
+    ctx.final_res_batch = llm.encode(prompts, pooling_params=[params for _, params in inputs],
                                      pooling_task="embed", use_tqdm=False)
     io.post_process_online(ctx)
     (result,) = ctx.final_res_batch

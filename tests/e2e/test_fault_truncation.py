@@ -29,6 +29,7 @@ from scripts.validation.engine import vllm_runner
 from scripts.validation.models import MODELS, minilm_path
 from scripts.validation.server import VllmServer
 from scripts.validation.zoo import make_hf
+from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-5
 MAX_MODEL_LEN = 128
@@ -85,14 +86,12 @@ def test_explicit_side_keeps_the_special_tokens_offline(engine, tokenizers, text
 
 def serve_embedding(llm, request):
     """The server's ``/v1/embeddings`` pre-processing of ``request`` (chunked
-    processing on) through the io-processor it builds, on this engine."""
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
+    processing on) through the io-processor it builds, on this engine: each
+    engine request's (token ids, params)."""
 
     io = llm.pooling_io_processors["embed"]
-    ctx = PoolingServeContext(request=request, model_name="minilm", request_id="truncation",
-                              pooling_params=io.create_pooling_params(request))
-    io.pre_process_online(ctx)
-    return ctx
+    ctx = serve_context(request, "minilm", "truncation", io.create_pooling_params(request))
+    return server_pre_process(io, ctx)
 
 
 def test_max_embed_len_is_enforced_with_chunked_processing(engine, tokenizers, sts):
@@ -105,8 +104,8 @@ def test_max_embed_len_is_enforced_with_chunked_processing(engine, tokenizers, s
         serve_embedding(engine, EmbeddingCompletionRequest(model="minilm", input=too_long))
     assert f"maximum context length is {MAX_EMBED_LEN} tokens" in str(e.value)
     assert "398 input tokens" in str(e.value)
-    ctx = serve_embedding(engine, EmbeddingCompletionRequest(model="minilm", input=fits))
-    assert [len(e["prompt_token_ids"]) for e in ctx.engine_inputs] == [128, 72]  # two chunks
+    inputs = serve_embedding(engine, EmbeddingCompletionRequest(model="minilm", input=fits))
+    assert [len(ids) for ids, _ in inputs] == [128, 72]  # two chunks
 
 
 def test_server_truncation_keeps_the_special_tokens(tokenizers, text):

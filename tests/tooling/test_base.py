@@ -33,6 +33,9 @@ def test_every_line_has_a_base_whose_facts_agree():
             assert art.filename.startswith(f"{art.project.replace('-', '_')}-{name}-"), art.filename
             assert art.tags[2] == base.platform
         assert base.torch_requirement() == f"torch=={base.torch}"
+        for sources in base.upstream.values():  # an sdist pinned for upstream's tests names them
+            assert sources.filename == f"{sources.project}-{sources.version}.tar.gz"
+            assert sources.tests and all(re.fullmatch(r"tests/\S+\.py::\w+", t) for t in sources.tests), sources
 
 
 def test_flavor_versions_and_wheel_names(fake_base):
@@ -88,6 +91,9 @@ def test_base_command_prints_the_lines_facts(capsys):
     out = capsys.readouterr().out
     for art in base.artifacts.values():
         assert f"{art.filename} (project {art.project}) sha256 {art.sha256}" in out
+    for name, sources in base.upstream.items():
+        assert f"upstream sources {name}: {sources.filename} (project {sources.project}) sha256 {sources.sha256}" in out
+        assert all(f"upstream sources {name} test: {test}\n" in out for test in sources.tests)
     assert base_main(["--line", "9.9.9", "show"]) == 1
 
 

@@ -20,7 +20,8 @@ log = quiet_vllm("job", Path(sys.argv[1]))
 print("job line")
 os.write(1, b"native write\\n")
 subprocess.run([sys.executable, "-c", "print('engine process output')"], check=True)
-from vllm.logger import init_logger
+from vllm.logger import _configure_vllm_root_logger, init_logger
+_configure_vllm_root_logger()  # as an engine does (0.26.0: at import; later releases: when an engine is made)
 init_logger("vllm.quiet_test").info("vllm log line")
 warnings.warn("a python warning")
 import logging

@@ -48,6 +48,14 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
         "def test_fallback_for_later_releases():\n"
         "    try:\n        from vllm.config.vllm import VllmConfig\n"
         "    except ImportError:\n        from vllm.renderers.moved import VllmConfig\n"
+        "    assert VllmConfig\n\n\n"
+        "def test_base_keeps_the_later_home():\n"
+        "    try:\n        from vllm.renderers.moved import VllmConfig\n"
+        "    except ImportError:\n        from vllm.config.vllm import VllmConfig\n"
+        "    assert VllmConfig\n\n\n"
+        "def test_no_home_in_the_base():\n"
+        "    try:\n        from vllm.renderers.moved import VllmConfig\n"
+        "    except ImportError:\n        from vllm.config.vllm import only_in_the_series\n"
         "    assert VllmConfig\n")})
     node = "tests/unit/test_x.py::{}".format
     assert unknown_names(node("test_public"), sources, repo) == []
@@ -57,3 +65,7 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
     assert unknown_names(node("test_patch_target"), sources, repo) == ["vllm.platforms.cpu.preload_error"]
     assert unknown_names(node("test_child_code"), sources, repo) == ["vllm.platforms.cpu.preload_error"]
     assert unknown_names(node("test_fallback_for_later_releases"), sources, repo) == []
+    # a line whose base keeps the name where the handler looks (a line on a later release)
+    assert unknown_names(node("test_base_keeps_the_later_home"), sources, repo) == []
+    assert unknown_names(node("test_no_home_in_the_base"), sources, repo) == ["vllm.renderers.moved"]
+    assert ("vllm.renderers.moved", "VllmConfig") in reached_names(node("test_no_home_in_the_base"), repo)

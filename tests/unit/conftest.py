@@ -61,25 +61,32 @@ def triton(monkeypatch):
 @pytest.fixture
 def vllm_config_log():
     """The messages ``vllm.config.vllm`` logs during the test, in order (vllm's
-    loggers do not propagate to the root logger, so caplog does not see them)."""
+    loggers do not propagate to the root logger, so caplog does not see them).
+    Kept by a filter on that logger, not a handler: from 0.32.0
+    ``EngineArgs.create_engine_config`` configures vLLM's logging
+    (``dictConfig``), which empties the handlers of the ``vllm`` logger's
+    children and leaves their filters; and the logger is set to INFO for the
+    test, which 0.32.0's is not before that first configuration (WARNING)."""
     import logging
 
     from vllm.logger import _print_info_once, _print_warning_once
 
     records: list[str] = []
 
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
+    def keep(record: logging.LogRecord) -> bool:
+        records.append(record.getMessage())
+        return True
 
     logger = logging.getLogger("vllm.config.vllm")
-    handler = Keep(level=logging.INFO)
-    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addFilter(keep)
     # info_once / warning_once remember what they logged; each test must see its own lines
     _print_info_once.cache_clear()
     _print_warning_once.cache_clear()
     yield records
-    logger.removeHandler(handler)
+    logger.removeFilter(keep)
+    logger.setLevel(level)
 
 
 @pytest.fixture

@@ -94,18 +94,25 @@ def forget_layers(vllm_config, names) -> None:
 
 
 def model(arch, runner_type, *, moe=False, hybrid=False, attention_free=False, mrope=False, xdrope=0):
-    """A ``ModelConfig`` stand-in with the fields the runner selection reads."""
+    """A ``ModelConfig`` stand-in with the fields the runner selection of
+    either line reads (``xdrope``: the 0.26.0 base's ``uses_xdrope_dim``,
+    which 0.30.0 folded into ``uses_mrope``)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(architectures=[arch], runner_type=runner_type, is_moe=moe,
                            is_hybrid=hybrid, is_attention_free=attention_free, is_diffusion=False,
-                           uses_mrope=mrope, uses_xdrope_dim=xdrope)
+                           uses_mrope=mrope, uses_xdrope_dim=xdrope, enable_prompt_embeds=False,
+                           pooler_config=None)
 
 
 class ConfigStandIn:
     """A VllmConfig-shaped object: the selection methods are VllmConfig's own,
     looked up on VllmConfig when called (not when this module is imported), so
-    the tests import on releases that no longer have them."""
+    the tests import on every release; each is called only by the release
+    that has it (``use_v2_model_runner`` of the 0.26.0 line calls
+    ``_is_default_v2_model_runner_model``, removed in 0.29.0, and
+    ``_v2_model_runner_runs_without_triton``; the 0.32.0 line's calls
+    ``_get_v2_model_runner_features_needing_triton``)."""
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
@@ -126,43 +133,44 @@ class ConfigStandIn:
 
         return VllmConfig._v2_model_runner_runs_without_triton(self)
 
+    def _get_v2_model_runner_features_needing_triton(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig._get_v2_model_runner_features_needing_triton(self)
+
     def _dflash_needs_multi_kv_group(self):
         return False
 
     def _get_v2_model_runner_unsupported_features(self):
-        return []  # the stand-ins use no unsupported feature (pooling tasks: test_runner_selection_by_task.py)
+        return []  # the stand-ins use no unsupported feature (the rest: real configs)
 
 
 def stand_in(model_config, dcp: int = 1) -> ConfigStandIn:
     """A ``ConfigStandIn`` for ``model_config`` (a ``model(...)``, or None)
-    with decode context parallelism ``dcp``."""
+    with decode context parallelism ``dcp``, no HiSparse attention (0.32.0
+    reads it first) and no speculative decoding."""
     from types import SimpleNamespace
 
     return ConfigStandIn(model_config=model_config, speculative_config=None,
-                         parallel_config=SimpleNamespace(decode_context_parallel_size=dcp))
+                         attention_config=SimpleNamespace(hisparse_config=None),
+                         parallel_config=SimpleNamespace(decode_context_parallel_size=dcp,
+                                                         prefill_context_parallel_size=1))
 
 
-def full_stand_in(chunked: bool, prefix_caching: bool) -> ConfigStandIn:
-    """A stand-in with every field _get_v2_model_runner_unsupported_features
-    and _validate_v2_model_runner read (used by the tests without Triton)."""
-    from types import SimpleNamespace
+def config_only_checkpoint(dest, architecture: str, config_cls: str = "Qwen2Config", **extra) -> str:
+    """A config-only checkpoint in the new directory ``dest``: a small
+    ``config_cls`` of transformers (Qwen2's by default; ``extra`` joins its
+    arguments) declaring ``architecture``, with MiniLM's tokenizer. Enough for
+    ``EngineArgs.create_engine_config`` (no weights are loaded)."""
+    import transformers
 
-    from vllm.config.vllm import VllmConfig
+    from scripts.validation.models import copy_tokenizer
 
-    mc = model("BertModel", "pooling")
-    mc.attn_type, mc.use_mla, mc.enable_return_routed_experts = "encoder_only", False, False
-    mc.logits_processors, mc.enable_prompt_embeds = None, False
-    mc.pooler_config = None  # no pooling task configured or known (pooling tasks: test_runner_selection_by_task.py)
-    config = stand_in(mc)
-    config._get_v2_model_runner_unsupported_features = (
-        VllmConfig._get_v2_model_runner_unsupported_features.__get__(config))
-    config._validate_v2_model_runner = VllmConfig._validate_v2_model_runner.__get__(config)
-    config.scheduler_config = SimpleNamespace(enable_chunked_prefill=chunked)
-    config.cache_config = SimpleNamespace(enable_prefix_caching=prefix_caching, kv_sharing_fast_prefill=False)
-    config.compilation_config = SimpleNamespace(mode=None, pass_config=SimpleNamespace(enable_sp=False))
-    config.parallel_config = SimpleNamespace(
-        prefill_context_parallel_size=1, tensor_parallel_size=1, pipeline_parallel_size=1,
-        distributed_executor_backend=None, enable_dbo=False, enable_elastic_ep=False,
-        decode_context_parallel_size=1)
-    config.ec_transfer_config = config.reasoning_config = None
-    return config
+    dest.mkdir()
+    config = getattr(transformers, config_cls)(
+        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512, **extra)
+    config.architectures = [architecture]
+    config.save_pretrained(dest)
+    copy_tokenizer(dest)
+    return str(dest)

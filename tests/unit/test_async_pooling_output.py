@@ -1,5 +1,6 @@
-"""MRV2's pooler-output hand-off on a GPU (patch 0003), run here with CPU
-stand-ins for CUDA's streams, events and device tensors.
+"""MRV2's pooler-output hand-off on a GPU (patch 0003 on the 0.26.0 line,
+upstream's from 0.27.0), run here with CPU stand-ins for CUDA's streams,
+events and device tensors.
 
 ``GPUModelRunner.pool`` hands a step's pooler output to
 ``AsyncPoolingOutput`` (``vllm/v1/worker/gpu/async_utils.py``), which copies
@@ -23,6 +24,7 @@ step, pinned allocation) is listed in docs/gpu-only.md.
 from __future__ import annotations
 
 import gc
+import math
 import weakref
 
 import pytest
@@ -34,6 +36,7 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
 
 LOG: list[tuple] = []
+COPIED: list[tuple[int, ...]] = []  # the shape of each device-to-host copy, in order
 CURRENT = ["main"]
 
 
@@ -44,7 +47,8 @@ def _is_host(device) -> bool:
 class DeviceTensor(torch.Tensor):
     """A tensor standing for device memory: ops on it stay "on the device"
     (results are DeviceTensors); ``.to("cpu", ...)`` is the device-to-host
-    copy, logged as ("copy", current stream, non_blocking)."""
+    copy, logged as ("copy", current stream, non_blocking), its shape in
+    ``COPIED``."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -53,6 +57,7 @@ class DeviceTensor(torch.Tensor):
             target = kwargs.get("device", args[1] if len(args) > 1 else None)
             if _is_host(target):
                 LOG.append(("copy", CURRENT[0], kwargs.get("non_blocking", False)))
+                COPIED.append(tuple(args[0].shape))
                 with torch._C.DisableTorchFunctionSubclass():
                     return args[0].clone()
         return super().__torch_function__(func, types, args, kwargs)
@@ -89,6 +94,7 @@ def set_stream(stream):
 @pytest.fixture(autouse=True)
 def cuda_stand_ins(monkeypatch):
     LOG.clear()
+    COPIED.clear()
     CURRENT[0] = "main"
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "set_stream", set_stream)
@@ -113,16 +119,30 @@ def expected_log(num_copies: int) -> list[tuple]:
 
 
 def test_some_finished_rows_of_a_batch_tensor():
+    """Only the finished rows cross to the host, on the copy stream."""
     host = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     out = hand_off(on_device(host), [True, False, True])
     assert isinstance(out, AsyncPoolingOutput)
-    assert LOG == expected_log(1)  # the finished rows, gathered on the device, in one copy
+    assert COPIED and LOG == expected_log(len(COPIED))
+    assert sum(math.prod(shape) for shape in COPIED) == 2 * 4  # two rows of 4, not the third
     result = out.get_output()
     assert LOG[-1] == ("synchronize",)
     assert result.pooler_output[1] is None
     for i in (0, 2):
         assert type(result.pooler_output[i]) is torch.Tensor  # host memory
         torch.testing.assert_close(result.pooler_output[i], host[i], rtol=0, atol=0)
+
+
+# The 0.26.0 line's hand-off (0003) copies as V1's _copy_pooler_output_to_cpu does;
+# upstream's AsyncPoolingOutput (0.27.0 on) copies each finished row alone.
+@pytest.mark.line("0.26.0")
+def test_some_finished_rows_are_gathered_on_the_device_into_one_copy():
+    out = hand_off(on_device(torch.arange(12, dtype=torch.float32).reshape(3, 4)), [True, False, True])
+    assert LOG == expected_log(1) and COPIED == [(2, 4)]
+    result = out.get_output().pooler_output
+    assert result[1] is None
+    torch.testing.assert_close(torch.stack([result[0], result[2]]),
+                               torch.tensor([[0.0, 1, 2, 3], [8, 9, 10, 11]]), rtol=0, atol=0)
 
 
 def test_a_batch_tensor_all_finished_is_copied_once():

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.unit.upstream_names import chat_template_config
+from tests.unit.upstream_names import chat_template_config, serve_context, server_pre_process
 
 MAX_MODEL_LEN = 128
 NUM_TOKENS = 398
@@ -81,23 +81,18 @@ def reference(chunk_states, normalised_chunks: bool, normalise_result: bool) -> 
 def test_chunked_embedding_gets_the_requests_normalisation(io_processor, long_input, chunk_states,
                                                            use_activation, pooler_normalises):
     from vllm.entrypoints.pooling.embed.protocol import EmbeddingCompletionRequest
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
     from vllm.outputs import PoolingOutput, PoolingRequestOutput
 
     io = io_processor
-    config = io.vllm_config
     request = EmbeddingCompletionRequest(model="minilm", input=long_input, use_activation=use_activation)
-    ctx = PoolingServeContext(request=request, model_name="minilm", request_id="r",
-                              pooling_params=io.create_pooling_params(request))
-    io.pre_process_online(ctx)
-    assert [len(e["prompt_token_ids"]) for e in ctx.engine_inputs] == [128, 128, 128, 14]
+    ctx = serve_context(request, "minilm", "r", io.create_pooling_params(request))
+    inputs = server_pre_process(io, ctx)
+    assert [len(ids) for ids, _ in inputs] == [128, 128, 128, 14]
 
-    params = ctx.pooling_params.clone()  # one set for every chunk, as the server sends it
-    params.verify(config.model_config)
+    params = inputs[0][1]  # one set for every chunk, as the server sends it
     activation = bool(params.use_activation) and pooler_normalises
     outputs = []
-    for i, engine_input in enumerate(ctx.engine_inputs):
-        ids = list(engine_input["prompt_token_ids"])
+    for i, (ids, _) in enumerate(inputs):
         pooled = torch.from_numpy(chunk_states[tuple(ids)].mean(axis=0))
         if activation:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)

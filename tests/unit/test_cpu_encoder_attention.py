@@ -64,7 +64,10 @@ def test_encoder_only_attention_equals_sdpa_over_steps(encoder_attention):
     """A long step, then shorter ones reusing what the first left behind:
     every step equals SDPA of each sequence alone."""
     builder, impl, heads, head_size = encoder_attention
-    layer = types.SimpleNamespace(_k_scale_float=1.0, _v_scale_float=1.0)
+    # The layer as its group's builder leaves it: from 0.29.0 the builder sets the ISA it
+    # chose on its layers (``_set_isa_to_layers``) and ``forward`` reads ``layer.isa``;
+    # the base's ``forward`` does not read it.
+    layer = types.SimpleNamespace(_k_scale_float=1.0, _v_scale_float=1.0, isa=builder.isa)
     gen = torch.Generator().manual_seed(0)
     for lengths in ([130, 7, 64, 1], [5, 3], [17, 16, 33]):
         meta = _step(builder, lengths)

@@ -6,12 +6,17 @@ itself, with the finished requests' outputs on the host and ``None`` for the
 others, as the V1 CPU runner's ``_pool`` does. The CPU MRV2 runner puts it in
 place of ``AsyncPoolingOutput`` from the CPU side; GPUs keep the
 asynchronous copy. Patch 0008's native input preparation is installed the
-same way, where Triton has no backend."""
+same way, where Triton has no backend.
+
+The 0.32.0 line ports 0009 as a runner class attribute
+(tests/unit/test_cpu_async_pooling_output.py) and 0008 onto the kernel
+dispatcher (tests/unit/test_mrv2_pooling_kernels_without_triton.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 # The CPU worker's set-up (placeholder streams and events), as MRV2 runs on the CPU.
@@ -21,12 +26,17 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu import model_runner as cpu_model_runner
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
 
+# cpu_pooling_output, swapped into the GPU runner's module by CPUModelRunner.__init__ with
+# 0008's install(): the 0.26.0 line's 0009; 0.32.0's is a class attribute (see above).
+on_the_0_26_0_line = pytest.mark.line("0.26.0")
+
 
 def step_output(n: int) -> ModelRunnerOutput:
     req_ids = [f"r{i}" for i in range(n)]
     return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)})
 
 
+@on_the_0_26_0_line
 def test_cpu_hand_off_returns_the_output_with_finished_requests_only():
     pooled = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     out = cpu_model_runner.cpu_pooling_output(
@@ -38,6 +48,7 @@ def test_cpu_hand_off_returns_the_output_with_finished_requests_only():
     torch.testing.assert_close(out.pooler_output[2], pooled[2])
 
 
+@on_the_0_26_0_line
 def test_cpu_hand_off_list_output_with_none_and_token_level_entries():
     """Token-level outputs (one tensor per request, lengths differ) and the
     0-d outputs late interaction leaves; a request with no output."""
@@ -57,6 +68,7 @@ def test_gpu_hand_off_keeps_the_asynchronous_copy():
     torch.testing.assert_close(result.pooler_output[1], pooled[1])
 
 
+@on_the_0_26_0_line
 def test_cpu_runner_installs_its_hand_off_and_native_input_preparation(monkeypatch):
     """Building the CPU MRV2 runner without Triton swaps in the CPU hand-off
     and the native input preparation (the GPU runner's own construction is

@@ -27,6 +27,10 @@ from vllm.v1.worker.gpu.input_batch import InputBatch, InputBuffers
 
 from tests.unit.stand_ins import encoder_only_model, forget_layers, minilm_engine_config
 
+# The base's MRV2 model-state internals (0010): a test of the 0.26.0 line; from 0.27.0
+# upstream carries it (0010 dropped); the cross-encoder matrix rows check the scores on every line.
+pytestmark = pytest.mark.line("0.26.0")
+
 LAYERS = ("encoder.layer.0.attention.attn",)
 PAIRS = [("A man is playing a flute.", "A man plays the flute loudly."),
          ("Two dogs run.", "A cat sleeps on the warm mat near the door.")]

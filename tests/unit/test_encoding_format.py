@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from pydantic import TypeAdapter
+from tests.unit.upstream_names import serve_context
 
 
 def request_of(kind: str, **fields):
@@ -29,10 +30,9 @@ def request_of(kind: str, **fields):
 
 def validate(request):
     from vllm.entrypoints.pooling.base.serving import PoolingBaseServing
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
     from vllm.pooling_params import PoolingParams
 
-    ctx = PoolingServeContext(request=request, model_name="m", request_id="r", pooling_params=PoolingParams())
+    ctx = serve_context(request, "m", "r", PoolingParams())
     PoolingBaseServing._validate_request(SimpleNamespace(max_model_len=512), ctx)
 
 

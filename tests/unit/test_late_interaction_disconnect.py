@@ -12,6 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
+# Stand-ins for the base's serving stages: a test of the 0.26.0 line (0033, dropped onto 0.32.0,
+# which carries it); a client that goes away from a real server: tests/e2e/test_server.py.
+pytestmark = pytest.mark.line("0.26.0")
+
 
 def serving_with_stages(events: list, started: asyncio.Event, pre_delay: float = 0.0):
     from vllm.entrypoints.pooling.scoring.serving import ServingScores

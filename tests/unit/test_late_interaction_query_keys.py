@@ -9,11 +9,21 @@ dead engine core).
 Through ``ServingScores.flash_late_interaction`` (upstream's stages) with
 the engine stood in for: ``_prepare_generators`` records the
 late-interaction parameters each stage sends; the two requests run
-interleaved, each with one query and three documents."""
+interleaved, each with one query and three documents.
+
+The stand-ins replace the base's serving stages by name, so this is a test
+of the 0.26.0 line (upstream makes the keys from 0.30.0, where 0043 was
+dropped); the behaviour, two clients with one ``X-Request-Id`` against a
+real server, is ``check_shared_request_id`` in tests/e2e/test_server.py on
+every line."""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
+
+from tests.unit.upstream_names import serve_context
 
 SHARED = "score-the-same-id"  # what both clients' X-Request-Id header makes of ctx.request_id
 
@@ -21,14 +31,12 @@ SHARED = "score-the-same-id"  # what both clients' X-Request-Id header makes of 
 def serving_recording(sent: list):
     from vllm import PoolingParams
     from vllm.entrypoints.pooling.scoring.serving import ServingScores
-    from vllm.entrypoints.pooling.typing import PoolingServeContext
 
     serving = object.__new__(ServingScores)  # no engine: the engine work is stood in for
     serving.io_processor = None
 
     async def init_ctx(io_processor, request, raw_request=None):
-        return PoolingServeContext(request=request, model_name="colbert", request_id=SHARED,
-                                   pooling_params=PoolingParams(task="token_embed"))
+        return serve_context(request, "colbert", SHARED, PoolingParams(task="token_embed"))
 
     async def preprocessing(io_processor, ctx):
         ctx.n_queries = 1
@@ -54,6 +62,7 @@ def serving_recording(sent: list):
     return serving
 
 
+@pytest.mark.line("0.26.0")
 def test_requests_sharing_a_request_id_cache_their_queries_under_their_own_keys():
     sent: list = []
 

@@ -151,28 +151,52 @@ def test_partly_scheduled_prompt_is_not_finished(minilm_config):
     assert shapes(output) == [("meta", (HIDDEN,))] * 3
 
 
-def test_token_ids_for_the_pooler_are_on_the_device_and_on_the_host(minilm_config):
-    """Step pooling (token_embed at a step tag) asks for the prompt token ids:
-    the metadata carries them on the device and on the host, [num_reqs,
-    longest prompt] int64 padded with the vocabulary size, as the V1 input
-    batch's ``_make_prompt_token_ids_cpu_tensor`` lays them out."""
-    with set_current_vllm_config(minilm_config):
+STEP_PROMPTS = [[7, 5, 7, 9], [7, 1], [3, 3, 3, 7, 2, 7]]
+
+
+def step_pooling(config):
+    """One step of step pooling (token_embed at step tag 7, which asks for the
+    prompt token ids) over ``STEP_PROMPTS``: (output, finished mask, the
+    pooler's metadata)."""
+    with set_current_vllm_config(config):
         pooler = DispatchPooler.for_embedding(PoolerConfig(seq_pooling_type="MEAN", tok_pooling_type="STEP"))
-    runner, recording = device_runner(minilm_config, pooler)
-    prompts = [[7, 5, 7, 9], [7, 1], [3, 3, 3, 7, 2, 7]]
-    for i, prompt in enumerate(prompts):
+    runner, recording = device_runner(config, pooler)
+    for i, prompt in enumerate(STEP_PROMPTS):
         runner.add_request(f"r{i}", i, PoolingParams(task="token_embed", step_tag_id=7), prompt)
-    output, finished = runner.pool(*step(prompts, [4, 2, 6]))
+    output, finished = runner.pool(*step(STEP_PROMPTS, [4, 2, 6]))
+    (metadata,) = recording.metadata
+    return output, finished, metadata
+
+
+def test_token_ids_for_the_pooler_are_on_the_host(minilm_config):
+    """Step pooling asks for the prompt token ids: the metadata carries them
+    on the host, [num_reqs, longest prompt] int64, each request's row its
+    prompt up to its prompt length (what the poolers read,
+    ``get_prompt_token_ids_cpu``; the padding past it is read by none)."""
+    output, finished, metadata = step_pooling(minilm_config)
     assert finished == [True, True, True]
     # rows at the step tag (token id 7) only
     assert shapes(output) == [("meta", (2, HIDDEN)), ("meta", (1, HIDDEN)), ("meta", (2, HIDDEN))]
-    (metadata,) = recording.metadata
+    ids_cpu = metadata.prompt_token_ids_cpu
+    assert (ids_cpu.device.type, ids_cpu.dtype, tuple(ids_cpu.shape)) == ("cpu", torch.int64, (3, 6))
+    assert [ids.tolist() for ids in metadata.get_prompt_token_ids_cpu()] == STEP_PROMPTS
+    cursor = metadata.get_pooling_cursor()
+    assert cursor.first_token_indices_gpu.device.type == cursor.last_token_indices_gpu.device.type == "meta"
+
+
+# The base's poolers read a device copy of the token ids too (jina's
+# get_prompt_token_ids): the 0.26.0 line's PoolingRunner (0003) makes one and pads as V1
+# does; upstream's PoolingRunner pads with 0 (0.27.0) and makes no device copy (0.29.0),
+# its poolers reading the host copy only.
+@pytest.mark.line("0.26.0")
+def test_token_ids_for_the_pooler_are_on_the_device_too(minilm_config):
+    """The token ids on the host padded with the vocabulary size, as the V1
+    input batch's ``_make_prompt_token_ids_cpu_tensor`` lays them out, and a
+    copy on the device."""
+    _, _, metadata = step_pooling(minilm_config)
     vocab = minilm_config.model_config.get_vocab_size()
     expected = torch.tensor([[7, 5, 7, 9, vocab, vocab], [7, 1, vocab, vocab, vocab, vocab],
                              [3, 3, 3, 7, 2, 7]], dtype=torch.int64)
-    assert metadata.prompt_token_ids_cpu.device.type == "cpu"
     torch.testing.assert_close(metadata.prompt_token_ids_cpu, expected, rtol=0, atol=0)
     device_ids = metadata.prompt_token_ids
     assert (device_ids.device.type, device_ids.dtype, tuple(device_ids.shape)) == ("meta", torch.int64, (3, 6))
-    cursor = metadata.get_pooling_cursor()
-    assert cursor.first_token_indices_gpu.device.type == cursor.last_token_indices_gpu.device.type == "meta"

@@ -1,19 +1,24 @@
-"""PoolingRunner (MRV2, patches 0003, 0004, 0006) on CPU tensors: task sets,
-metadata of mixed batches, removal on finish and abort, late interaction. A
-stand-in model whose pooler records what it is given; stand-ins for the
-configs, the input batch and the request state carry only the fields
-PoolingRunner reads. The runner is built as upstream PR 50574 builds it,
+"""PoolingRunner (MRV2) on CPU tensors: task sets, metadata of mixed batches,
+removal on finish and abort, late interaction. On the 0.26.0 line the runner
+is its patches' (0003, 0004, 0006, 0011, 0012), on the 0.32.0 line
+upstream's (PR 50574, from 0.27.0) with the 0.32.0 line's 0006. A stand-in
+model whose pooler records what it is given; stand-ins for the configs, the
+input batch and the request state carry only the fields PoolingRunner reads.
+The runner is built as upstream PR 50574 builds it,
 ``PoolingRunner(model, vllm_config)``.
 
 The tests named ``test_behaviour_*`` and the late-interaction tests are what
-the line's tests.toml maps: they use only names upstream's MRV2 PoolingRunner has
-too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
-``on_requests_finished``, ``late_interaction_runner``, ``_get_enabled_tasks``,
-which applies ``vllm.tasks.model_runner_v2_pooling_tasks`` since patch 0011),
-so that ``python -m scripts.series.drift test-upstream`` can
-run them on unpatched releases. The others pin our implementation's details
-(error texts, token-id padding) on our tree. Upstream's own tests of PR 50574
-run in test_upstream_pr50574.py.
+the lines' tests.toml map: they use only names upstream's MRV2 PoolingRunner
+has too (``add_request``, ``remove_request``, ``pool``, ``supported_tasks``,
+``on_requests_finished``, ``late_interaction_runner``), so that ``python -m
+scripts.series.drift test-upstream`` can run them on unpatched releases. The
+others pin the implementation's details (error texts, token-id padding).
+Where the lines differ: the 0.26.0 line's runner serves token-level tasks
+for encoder-only models only (upstream's did up to 0.27.1; from 0.28.0 it
+serves decoders' too), and refuses a request for a task it does not serve
+with a ``VLLMValidationError`` of its own; each line's rule is tested on its
+line (``line`` marker). Upstream's own tests of PR 50574 run in
+test_upstream_pr50574.py.
 """
 
 from __future__ import annotations
@@ -32,10 +37,19 @@ from vllm.v1.pool.late_interaction import (build_late_interaction_doc_params,
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
+from scripts.series.lines import get_line
 from scripts.validation.stand_ins import StandInPoolingModel
+from tests.unit.upstream_names import pooling_runner_tasks
 
 VOCAB = 50
 MAX_REQS = 8
+LINE = get_line().name
+
+# The 0.26.0 line's rule (its patches 0004 and 0011): MRV2 serves token-level tasks for
+# encoder-only models only. Upstream's pooling runner serves decoders' token tasks from 0.28.0.
+ONLY_ENCODERS_TOKEN_TASKS = pytest.mark.line("0.26.0")
+# Upstream's rule from 0.28.0 (the 0.32.0 line's base): MRV2 serves decoders' token-level tasks.
+DECODERS_TOKEN_TASKS = pytest.mark.line("0.32.0")
 
 
 class RecordingPooler:
@@ -92,15 +106,21 @@ def req_states(prompt_lens: dict[int, int]):
     return SimpleNamespace(prompt_len=SimpleNamespace(np=arr))
 
 
+@ONLY_ENCODERS_TOKEN_TASKS
 def test_decoder_pooler_with_token_tasks_serves_its_sequence_tasks_only():
     """Beyond the behavioural tests below (whole task sets per attention type):
-    a decoder pooler offering embed and token_embed serves embed alone, and a
-    module without a pooler serves nothing."""
+    a decoder pooler offering embed and token_embed serves embed alone."""
     only_embed, _ = make_runner("decoder", tasks=("embed", "token_embed"))
     assert only_embed.supported_tasks == {"embed"}
-    assert PoolingRunner.get_supported_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
 
 
+def test_a_module_without_a_pooler_serves_nothing():
+    assert pooling_runner_tasks(torch.nn.Module(), SimpleNamespace(attn_type="decoder")) == []
+
+
+# The texts of the 0.26.0 line's runner (patches 0003, 0011), whose refusals of a decoder's
+# token tasks upstream's runner does not make from 0.28.0.
+@pytest.mark.line("0.26.0")
 def test_refusal_at_construction_says_what_is_served_and_the_fallback():
     """The whole message of the start-up refusal (the behavioural tests below
     check that it happens, through names upstream has too)."""
@@ -118,6 +138,10 @@ def test_refusal_at_construction_says_what_is_served_and_the_fallback():
         "to use the V1 model runner.")
 
 
+# The 0.26.0 line's runner refuses such a request itself (patch 0012); upstream's (0.27.0 on)
+# raises a plain ValueError there, its input processor refusing the request first with a
+# VLLMValidationError (0012's behaviour, upstream from 0.27.0).
+@pytest.mark.line("0.26.0")
 def test_request_for_a_task_mrv2_does_not_serve_is_refused_with_a_validation_error():
     from vllm.exceptions import VLLMValidationError
 
@@ -130,14 +154,19 @@ def test_request_for_a_task_mrv2_does_not_serve_is_refused_with_a_validation_err
     assert runner.pooling_params == {} and pooler.calls == []
 
 
+# What the prompt token ids are padded with: the 0.26.0 line's runner (patch 0003) pads with the
+# vocabulary size, an id no token has; upstream's (0.27.0 on) with zeros.
+TOKEN_ID_PAD = {"0.26.0": VOCAB, "0.32.0": 0}[LINE]
+
+
 def test_metadata_for_a_mixed_batch():
-    """Our PoolingRunner's details beyond test_behaviour_pooler_runs_on_a_mixed_batch:
-    the cursor's finished flags, token ids padded with the vocabulary size."""
+    """The runner's details beyond test_behaviour_pooler_runs_on_a_mixed_batch:
+    the cursor's finished flags, token ids for the request that asked only,
+    padded (TOKEN_ID_PAD)."""
     _, meta, _, _ = pool_mixed_batch(("embed", "classify", "token_classify"))
     assert meta.get_pooling_cursor().is_finished().tolist() == [True, True, False]
-    # token ids only for the request that asked, padded with the vocab size
-    assert meta.prompt_token_ids_cpu.tolist() == [
-        [VOCAB] * 10, [4, 5, 6, 7, 8, 9] + [VOCAB] * 4, [VOCAB] * 10]
+    pad = TOKEN_ID_PAD
+    assert meta.prompt_token_ids_cpu.tolist() == [[pad] * 10, [4, 5, 6, 7, 8, 9] + [pad] * 4, [pad] * 10]
 
 
 def test_no_token_ids_when_no_request_needs_them():
@@ -219,12 +248,13 @@ def test_behaviour_removed_request_frees_its_slot():
 
 
 def test_behaviour_encoder_only_models_serve_token_tasks():
-    """Patch 0004: an encoder-only model serves token_embed and token_classify,
-    one output per prompt token."""
+    """Patch 0004: an encoder-only model serves token_embed, token_classify
+    and embed&token_classify, one output per prompt token."""
     runner, _ = make_runner("encoder_only")
     assert set(runner.supported_tasks) == {"embed", "classify", "token_embed", "token_classify"}
-    enabled = PoolingRunner._get_enabled_tasks(SimpleNamespace(attn_type="encoder_only"))
-    assert {"token_embed", "token_classify", "embed&token_classify"} <= enabled
+    every_task, _ = make_runner("encoder_only", tasks=("embed", "token_embed", "token_classify",
+                                                       "embed&token_classify"))
+    assert set(every_task.supported_tasks) == {"embed", "token_embed", "token_classify", "embed&token_classify"}
     runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
     hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
     out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
@@ -232,6 +262,7 @@ def test_behaviour_encoder_only_models_serve_token_tasks():
     torch.testing.assert_close(out[0], hidden)
 
 
+@ONLY_ENCODERS_TOKEN_TASKS
 def test_behaviour_decoder_models_do_not_serve_token_tasks():
     """Patch 0004: token tasks need the whole prompt in one step: not served
     for decoder models (chunked prefill), and a decoder model configured for
@@ -245,6 +276,23 @@ def test_behaviour_decoder_models_do_not_serve_token_tasks():
     with pytest.raises(ValueError) as e:
         make_runner("decoder", task="token_embed")
     assert "'token_embed'" in str(e.value) and "VLLM_USE_V2_MODEL_RUNNER=0" in str(e.value)
+
+
+@DECODERS_TOKEN_TASKS
+def test_behaviour_decoder_models_serve_token_tasks():
+    """A decoder model serves token_embed, token_classify and
+    embed&token_classify, one output per prompt token, and starts when
+    configured for one of them."""
+    dec, _ = make_runner("decoder")
+    assert set(dec.supported_tasks) == {"embed", "classify", "token_embed", "token_classify"}
+    every_task, _ = make_runner("decoder", tasks=("embed", "token_embed", "token_classify", "embed&token_classify"))
+    assert set(every_task.supported_tasks) == {"embed", "token_embed", "token_classify", "embed&token_classify"}
+    runner, _ = make_runner("decoder", task="token_embed")
+    runner.add_request("t", 0, PoolingParams(task="token_embed"), [1, 2, 3])
+    hidden = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    out, finished = runner.pool(hidden, batch([0], [3], [0], ["t"]), req_states({0: 3}))
+    assert list(finished) == [True] and len(out) == 1
+    torch.testing.assert_close(out[0], hidden)
 
 
 # --- late interaction (patch 0004) -------------------------------------------------------

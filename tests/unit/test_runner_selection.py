@@ -1,26 +1,39 @@
-"""Runner selection: which models run on Model Runner V2.
+"""Runner selection with Triton: which models run on Model Runner V2 by default.
 
 Two kinds of tests. The behavioural ones (``test_real_config_*``) build a real
 ``VllmConfig`` with ``EngineArgs.create_engine_config`` for local models (MiniLM,
 a tiny random Qwen3) and read ``VllmConfig.use_v2_model_runner``, public names
-that upstream has too: they are what the line's ``tests.toml`` maps to the patches,
-so that ``python -m scripts.series.drift test-upstream`` finds where upstream behaves
-the same. The table test reads the patched ``VllmConfig.use_v2_model_runner``
-(patches 0007 and 0011) on lightweight stand-ins carrying just the fields it
-reads (``tests/unit/stand_ins.py``), and the line it logs for a model that does
-not default to MRV2. (On the base, no pooling model defaulted to MRV2, and
-hybrid, attention-free and MoE models were kept off it without a word.)
+that upstream has too: they are what the 0.26.0 line's ``tests.toml`` maps to
+its patches 0002 and 0007, so that ``python -m scripts.series.drift
+test-upstream`` finds where upstream behaves the same (0.27.0 and 0.29.0;
+the 0.32.0 line's base has both). The table tests read
+``VllmConfig.use_v2_model_runner`` on lightweight stand-ins carrying just the
+fields it reads (``tests/unit/stand_ins.py``), and the line it logs for a model
+that does not default to MRV2. Where the lines' bases differ, the expected
+runner is the line's: on the 0.26.0 line MoE models outside
+``DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES``, hybrid and attention-free models
+keep V1 (its base's ``_is_default_v2_model_runner_model``, which patches 0007
+and 0011 keep and make say so); upstream dropped that gate in 0.29.0 (PR
+48290), so on the 0.32.0 line every model defaults to MRV2 where Triton runs.
 ``_is_default_v2_model_runner_model`` called as upstream's test calls it is in
 test_default_v2_model_runner_model.py, the selection without Triton (patch
-0008) in test_runner_selection_without_triton.py, by pooling task (0011) in
-test_runner_selection_by_task.py.
+0008 of each line) in test_runner_selection_without_triton.py, by pooling
+task in test_runner_selection_by_task.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from scripts.series.lines import get_line
 from tests.unit.stand_ins import model, stand_in
+
+LINE = get_line().name
+
+# The default runner of a MoE model outside DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, a hybrid or
+# an attention-free model: V1 on the 0.26.0 base, MRV2 from 0.29.0 (the gate gone, PR 48290).
+GATED = {"0.26.0": "V1", "0.32.0": "MRV2"}[LINE]
+
 
 def cases(runner_type: str, selected: str, models: str, **flags) -> list[tuple]:
     """Table rows (case id, model config stand-in, the runner selected by
@@ -53,12 +66,12 @@ TABLE = [
     *cases("draft", "MRV2", "LlamaForCausalLM"),
     *cases("pooling", "MRV2", "Qwen2MoeForCausalLM (allowlisted MoE)", moe=True),
     *cases("generate", "MRV2", "DeepseekV2ForCausalLM (allowlisted MoE)", moe=True),
-    *cases("pooling", "V1", "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
-    *cases("generate", "V1", "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
-    *cases("pooling", "V1", "ColBERTLfm2Model (hybrid)", hybrid=True),
-    *cases("generate", "V1", "JambaForCausalLM (hybrid MoE)", moe=True, hybrid=True),
-    *cases("pooling", "V1", "MambaForCausalLM (attention-free)", attention_free=True),
-    *cases("generate", "V1", "MambaForCausalLM (attention-free)", attention_free=True),
+    *cases("pooling", GATED, "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("generate", GATED, "Qwen3MoeForCausalLM (MoE outside the allowlist)", moe=True),
+    *cases("pooling", GATED, "ColBERTLfm2Model (hybrid)", hybrid=True),
+    *cases("generate", GATED, "JambaForCausalLM (hybrid MoE)", moe=True, hybrid=True),
+    *cases("pooling", GATED, "MambaForCausalLM (attention-free)", attention_free=True),
+    *cases("generate", GATED, "MambaForCausalLM (attention-free)", attention_free=True),
 ]
 
 
@@ -69,8 +82,8 @@ def selector_lines(log: list[str]) -> list[str]:
 @pytest.mark.parametrize(("case", "model_config", "runner"), TABLE, ids=[t[0] for t in TABLE])
 def test_default_runner_selection(monkeypatch, triton, vllm_config_log, case, model_config, runner):
     """With Triton and VLLM_USE_V2_MODEL_RUNNER unset: the runner selected, and
-    for V1 the one line saying why, with the model's own flags (patch 0011);
-    nothing logged for MRV2."""
+    for V1 (the 0.26.0 line only) the one line saying why, with the model's
+    own flags (its patch 0011); nothing logged for MRV2."""
     triton(True)
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
     assert stand_in(model_config).use_v2_model_runner is (runner == "MRV2")
@@ -83,6 +96,8 @@ def test_default_runner_selection(monkeypatch, triton, vllm_config_log, case, mo
     assert selector_lines(vllm_config_log) == expected
 
 
+# The base's gate answers no for a config without a model (0.26.0); 0.29.0 removed the gate.
+@pytest.mark.line("0.26.0")
 def test_no_model_config_selects_v1_silently(monkeypatch, triton, vllm_config_log):
     triton(True)
     monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
@@ -100,18 +115,22 @@ def test_environment_overrides_for_pooling_models(monkeypatch, triton, env, expe
     assert stand_in(model("BertModel", "pooling")).use_v2_model_runner is expected
 
 
-def test_override_to_v2_for_a_model_that_defaults_to_v1(monkeypatch, triton):
+@pytest.mark.parametrize(("env", "expected"), [("1", True), ("0", False)])
+def test_environment_overrides_for_a_moe_outside_the_allowlist(monkeypatch, triton, env, expected):
+    """VLLM_USE_V2_MODEL_RUNNER decides for a model whose default is GATED
+    too (V1 on the 0.26.0 line, MRV2 on the 0.32.0 line)."""
     triton(True)
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", "1")
-    assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is True
+    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", env)
+    assert stand_in(model("Qwen3MoeForCausalLM", "pooling", moe=True)).use_v2_model_runner is expected
 
 
 # --- behavioural: real configs (what tests.toml maps) ----------------------------
 
 
 def test_real_config_pooling_models_default_to_mrv2(real_config, minilm, tiny_qwen3):
-    """Patch 0007: an encoder-only and a decoder pooling model run on MRV2 by
-    default (Triton available), as a generation model does."""
+    """Patch 0007 (upstream from 0.29.0): an encoder-only and a decoder
+    pooling model run on MRV2 by default (Triton available), as a generation
+    model does."""
     bert = real_config(minilm, "pooling")
     assert bert.model_config.attn_type == "encoder_only"
     assert bert.use_v2_model_runner is True
@@ -121,7 +140,8 @@ def test_real_config_pooling_models_default_to_mrv2(real_config, minilm, tiny_qw
 
 
 def test_real_config_runner_type_does_not_decide_the_default(real_config, tiny_qwen3):
-    """Patch 0007: the same model gets the same runner whether it generates or pools."""
+    """Patch 0007 (upstream from 0.29.0): the same model gets the same runner
+    whether it generates or pools."""
     generate = real_config(tiny_qwen3, "generate").use_v2_model_runner
     pooling = real_config(tiny_qwen3, "pooling").use_v2_model_runner
     assert generate is True and pooling is True
@@ -136,18 +156,19 @@ def test_real_config_environment_overrides_for_pooling_models(real_config, minil
 
 @pytest.mark.parametrize("option", ["enable_chunked_prefill", "enable_prefix_caching"])
 def test_real_config_encoder_only_model_with_chunking_flag_selects_mrv2(real_config, minilm, option):
-    """Patch 0002: an encoder-only model set to chunked prefill or prefix
-    caching explicitly still runs on MRV2 by default, as without the flag
-    (the engine core turns chunked prefill off for a model without KV-cache
-    groups; there is no KV cache to reuse)."""
+    """Patch 0002 (upstream from 0.27.0): an encoder-only model set to
+    chunked prefill or prefix caching explicitly still runs on MRV2 by
+    default, as without the flag (the engine core turns chunked prefill off
+    for a model without KV-cache groups; there is no KV cache to reuse)."""
     config = real_config(minilm, "pooling", **{option: True})
     assert config.model_config.attn_type == "encoder_only"
     assert config.use_v2_model_runner is True
 
 
 def test_real_config_encoder_only_model_can_run_on_mrv2(real_config, minilm):
-    """Patch 0002: MRV2 accepts an encoder-only model (whole prompts, the
-    default for it): forcing it is no error, and chunking stays off."""
+    """Patch 0002 (upstream from 0.27.0): MRV2 accepts an encoder-only model
+    (whole prompts, the default for it): forcing it is no error, and
+    chunking stays off."""
     config = real_config(minilm, "pooling", env="1")
     assert config.model_config.attn_type == "encoder_only"
     assert config.use_v2_model_runner is True

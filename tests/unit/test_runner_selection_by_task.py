@@ -1,53 +1,55 @@
-"""Runner selection by pooling task (patch 0011): a pooling model whose
-configured task, or whose only tasks, MRV2 does not serve (token-level tasks
-on a decoder, PR 50574's contract) keeps V1 by default, with upstream's
+"""Runner selection by pooling task: which runner a pooling model gets for the
+task it will be asked for, where the lines' bases differ.
+
+On the 0.26.0 line (patch 0011) MRV2 serves token-level tasks for
+encoder-only models only (upstream PR 50574's contract in 0.27.0): a pooling
+model whose configured task, or whose only tasks, MRV2 does not serve
+(token-level tasks on a decoder) keeps V1 by default, with upstream's
 warning for a feature MRV2 does not support naming the task; forcing MRV2 on
 it is a start-up error naming the task and VLLM_USE_V2_MODEL_RUNNER=0. Before
 the patch these models were sent to MRV2 and failed at start-up ("Model
-Runner V2 serves none of this model's pooling tasks"). Real configs
-(``EngineArgs.create_engine_config``) of small local checkpoints; configs
-only, no weights are loaded."""
+Runner V2 serves none of this model's pooling tasks"). From 0.28.0 upstream's
+MRV2 pooling runner serves decoders' token-level tasks too, so on the 0.32.0
+line (no 0011) these models run on MRV2, with or without Triton (its 0008
+sends a task MRV2 does not serve at all to V1 where Triton is absent:
+test_runner_selection_without_triton.py). Each line's rule is tested on its
+line (``line`` marker); what both lines do alike is tested on both. Real
+configs (``EngineArgs.create_engine_config``) of small local checkpoints;
+configs only, no weights are loaded."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.validation.models import copy_tokenizer
+from tests.unit.stand_ins import config_only_checkpoint
 
-
-def _checkpoint(root, name: str, architecture: str, config_cls: str = "Qwen2Config", **extra) -> str:
-    """A config-only checkpoint (``config_cls``, Qwen2 by default) declaring
-    ``architecture``, with MiniLM's tokenizer: enough for
-    ``create_engine_config``."""
-    import transformers
-
-    dest = root / name
-    dest.mkdir()
-    config = getattr(transformers, config_cls)(
-        vocab_size=30522, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512, **extra)
-    config.architectures = [architecture]
-    config.save_pretrained(dest)
-    copy_tokenizer(dest)
-    return str(dest)
+# The 0.26.0 line's rule (its patch 0011): MRV2 serves token-level tasks for encoder-only models
+# only. Upstream's pooling runner serves decoders' token-level tasks from 0.28.0.
+ONLY_ENCODERS_TOKEN_TASKS = pytest.mark.line("0.26.0")
+# Upstream's rule from 0.28.0 (the 0.32.0 line's base): MRV2 serves decoders' token-level tasks.
+DECODERS_TOKEN_TASKS = pytest.mark.line("0.32.0")
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("selection-by-task")
     return {
-        "reward": _checkpoint(root, "reward", "Qwen2ForRewardModel"),
-        "process_reward": _checkpoint(root, "prm", "Qwen2ForProcessRewardModel"),
-        "embedder": _checkpoint(root, "embedder", "Qwen2Model"),
+        "reward": config_only_checkpoint(root / "reward", "Qwen2ForRewardModel"),
+        "process_reward": config_only_checkpoint(root / "prm", "Qwen2ForProcessRewardModel"),
+        "embedder": config_only_checkpoint(root / "embedder", "Qwen2Model"),
         # jinaai/jina-reranker-v3: a Qwen3 decoder whose pooler offers token_embed
         # only (late interaction, SupportsLateInteraction)
-        "late_interaction": _checkpoint(root, "jina-ranking", "JinaForRanking", "Qwen3Config", head_dim=64),
+        "late_interaction": config_only_checkpoint(root / "jina-ranking", "JinaForRanking", "Qwen3Config",
+                                                   head_dim=64),
     }
 
 
-@pytest.mark.parametrize(("name", "task"), [("reward", "token_classify"),
-                                            ("process_reward", "token_classify"),
-                                            ("late_interaction", "token_embed")])
+TOKEN_LEVEL_ONLY = [("reward", "token_classify"), ("process_reward", "token_classify"),
+                    ("late_interaction", "token_embed")]
+
+
+@ONLY_ENCODERS_TOKEN_TASKS
+@pytest.mark.parametrize(("name", "task"), TOKEN_LEVEL_ONLY)
 def test_token_level_only_architectures_keep_v1_by_default(real_config, checkpoints,
                                                            vllm_config_log, name, task):
     config = real_config(checkpoints[name], "pooling")
@@ -57,9 +59,8 @@ def test_token_level_only_architectures_keep_v1_by_default(real_config, checkpoi
     assert f"only pooling tasks are ['{task}']" in line and "V1 model runner" in line
 
 
-@pytest.mark.parametrize(("name", "task"), [("reward", "token_classify"),
-                                            ("process_reward", "token_classify"),
-                                            ("late_interaction", "token_embed")])
+@ONLY_ENCODERS_TOKEN_TASKS
+@pytest.mark.parametrize(("name", "task"), TOKEN_LEVEL_ONLY)
 def test_forcing_mrv2_on_token_level_only_architecture_fails_at_startup(real_config, checkpoints, name, task):
     with pytest.raises(ValueError) as e:
         real_config(checkpoints[name], "pooling", env="1")
@@ -68,6 +69,7 @@ def test_forcing_mrv2_on_token_level_only_architecture_fails_at_startup(real_con
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in message
 
 
+@ONLY_ENCODERS_TOKEN_TASKS
 @pytest.mark.parametrize("task", ["token_embed", "token_classify"])
 def test_decoder_configured_for_a_token_task_keeps_v1(real_config, tiny_qwen3, vllm_config_log, task):
     config = real_config(tiny_qwen3, "pooling", pooler_config={"task": task})
@@ -78,8 +80,32 @@ def test_decoder_configured_for_a_token_task_keeps_v1(real_config, tiny_qwen3, v
         real_config(tiny_qwen3, "pooling", env="1", pooler_config={"task": task})
 
 
+@DECODERS_TOKEN_TASKS
+@pytest.mark.parametrize("triton", [True, False], ids=["triton", "without-triton"])
+@pytest.mark.parametrize(("name", "task"), TOKEN_LEVEL_ONLY)
+def test_token_level_only_architectures_run_on_mrv2(real_config, checkpoints, vllm_config_log, triton, name, task):
+    """A decoder whose only pooling task is token-level runs on MRV2 by
+    default, without a warning, and forcing MRV2 is no error."""
+    config = real_config(checkpoints[name], "pooling", triton=triton)
+    assert config.model_config.attn_type == "decoder"
+    assert config.use_v2_model_runner is True
+    assert not [m for m in vllm_config_log if "V1 model runner" in m]
+    assert real_config(checkpoints[name], "pooling", triton=triton, env="1").use_v2_model_runner is True
+
+
+@DECODERS_TOKEN_TASKS
+@pytest.mark.parametrize("triton", [True, False], ids=["triton", "without-triton"])
+@pytest.mark.parametrize("task", ["token_embed", "token_classify"])
+def test_decoder_configured_for_a_token_task_runs_on_mrv2(real_config, tiny_qwen3, vllm_config_log, triton, task):
+    config = real_config(tiny_qwen3, "pooling", triton=triton, pooler_config={"task": task})
+    assert config.use_v2_model_runner is True
+    assert not [m for m in vllm_config_log if "V1 model runner" in m]
+    assert real_config(tiny_qwen3, "pooling", triton=triton, env="1",
+                       pooler_config={"task": task}).use_v2_model_runner is True
+
+
 def test_models_whose_tasks_mrv2_serves_still_default_to_mrv2(real_config, minilm, tiny_qwen3, checkpoints):
-    """Unchanged by the patch: decoders asked for embed (their default task),
+    """On both lines: decoders asked for embed (their default task),
     encoder-only models asked for a token task."""
     assert real_config(tiny_qwen3, "pooling").use_v2_model_runner is True
     assert real_config(checkpoints["embedder"], "pooling").use_v2_model_runner is True
@@ -96,6 +122,10 @@ def test_encoder_only_model_with_chunked_prefill_and_prefix_caching_flags_select
     assert real_config(minilm, "pooling", env="1", enable_chunked_prefill=True).use_v2_model_runner is True
 
 
+# 0011's selection reads its rule from vllm.tasks; the 0.32.0 line's 0008 reads the served tasks
+# from MRV2's pooling runner module (without Triton, for a configured task), and sends the
+# reward model to MRV2 (upstream's rule from 0.28.0).
+@ONLY_ENCODERS_TOKEN_TASKS
 def test_selecting_the_runner_imports_no_mrv2_worker_module(checkpoints, minilm):
     """The selection by pooling task reads the rule both sides share
     (``vllm.tasks.model_runner_v2_pooling_tasks``) and what the model config

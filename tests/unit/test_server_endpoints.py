@@ -11,7 +11,12 @@ run is answered with a message naming the problem and the fix.
 - ``/pooling`` (``ServingPooling``) and ``LLM.encode`` (``PoolingOfflineMixin``)
   with a task the model supports but the server/engine does not run say
   which task runs and how to run the other; an unsupported task keeps
-  upstream's message with its missing separator added."""
+  upstream's message with its missing separator added. ``/pooling`` refuses
+  the task with the exception class the release's check raises for its
+  other request errors: a ``ValueError`` up to 0.28.0; from 0.29.0 a
+  ``VLLMValidationError`` naming ``parameter="task"`` (a ``VLLMClientError``,
+  no longer a ``ValueError``, since 0.27.0; its ``str`` ends with
+  `` (parameter=task)``)."""
 
 from __future__ import annotations
 
@@ -106,16 +111,45 @@ def _serving_pooling(pooling_task, supported_tasks):
     return serving
 
 
+def _refusal(serving, request) -> Exception:
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises((ValueError, VLLMValidationError)) as info:
+        serving._verify_pooling_task(request)
+    return info.value
+
+
+def _refused_task(serving, request) -> str:
+    """The message ``serving._verify_pooling_task(request)`` refuses the
+    request's task with (without a parameter suffix), checked to be raised
+    as the release's check raises upstream's own refusal there, of a request
+    with ``dimensions`` (the server answers both with a 400): a plain
+    ``ValueError`` up to 0.28.0; from 0.29.0 a ``VLLMValidationError``, here
+    naming ``parameter="task"``."""
+    from vllm.entrypoints.pooling.pooling.protocol import PoolingCompletionRequest
+    from vllm.exceptions import VLLMValidationError
+
+    upstreams = _refusal(serving, PoolingCompletionRequest(model="m", input="a cat", dimensions=8))
+    assert "dimensions" in str(upstreams)
+    error = _refusal(serving, request)
+    assert type(error) is type(upstreams)
+    if not isinstance(error, VLLMValidationError):
+        assert type(error) is ValueError
+        return str(error)
+    assert error.parameter == "task"
+    message, suffix = str(error).rsplit(" ", 1)
+    assert suffix == "(parameter=task)"
+    return message
+
+
 def test_pooling_endpoint_task_not_run_names_the_fix():
     from vllm.entrypoints.pooling.pooling.protocol import PoolingCompletionRequest
 
     serving = _serving_pooling("embed", ("embed", "token_embed"))
     request = PoolingCompletionRequest(model="m", input="a cat", task="token_embed")
-    with pytest.raises(ValueError) as info:
-        serving._verify_pooling_task(request)
-    assert str(info.value) == ("This server runs the pooling task 'embed', not 'token_embed'. The model "
-                               "supports 'token_embed': serve it for such requests with "
-                               "--pooler-config.task token_embed.")
+    assert _refused_task(serving, request) == (
+        "This server runs the pooling task 'embed', not 'token_embed'. The model supports 'token_embed': "
+        "serve it for such requests with --pooler-config.task token_embed.")
 
 
 def test_pooling_endpoint_unsupported_task():
@@ -123,9 +157,8 @@ def test_pooling_endpoint_unsupported_task():
 
     serving = _serving_pooling("embed", ("embed", "token_embed"))
     request = PoolingCompletionRequest(model="m", input="a cat", task="classify")
-    with pytest.raises(ValueError) as info:
-        serving._verify_pooling_task(request)
-    assert str(info.value) == "Unsupported task: 'classify'. Supported tasks: ('embed', 'token_embed')"
+    assert _refused_task(serving, request) == (
+        "Unsupported task: 'classify'. Supported tasks: ('embed', 'token_embed')")
 
 
 def test_offline_encode_task_not_run_names_the_fix():

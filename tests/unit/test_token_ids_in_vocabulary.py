@@ -59,8 +59,10 @@ def process(proc, ids):
 def test_token_ids_outside_the_vocabulary_are_refused(minilm, engine_args):
     proc = processor(minilm, **engine_args)
     assert (proc.tokenizer is None) == bool(engine_args)
+    from vllm.exceptions import VLLMValidationError
+
     for ids, bad, position in BAD:
-        with pytest.raises(ValueError) as e:
+        with pytest.raises(VLLMValidationError) as e:
             process(proc, ids)
         assert str(e.value).startswith(f"Token id {bad} is out of vocabulary"), str(e.value)
         assert f"position {position}" in str(e.value) and f"[0, {VOCAB})" in str(e.value), str(e.value)

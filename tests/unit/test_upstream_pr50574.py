@@ -1,15 +1,20 @@
 """Upstream's own unit tests of PR 50574 ([Model Runner V2] Enable encoder
-token embedding), unmodified, against our tree (patches 0003, 0004, 0006):
-the four tests of ``tests/models/language/pooling/test_splade_sparse_pooler.py``
-that exercise the PoolingRunner contract our patches implement —
-``PoolingRunner(model, vllm_config)``, token tasks for encoder-only models
-only, late-interaction documents released when aborted, the lifecycle hooks.
+token embedding), unmodified, against our tree: the tests of upstream's
+``test_splade_sparse_pooler.py`` that exercise the PoolingRunner contract the
+series builds on (the 0.26.0 line's patches 0003, 0004 and 0006 implement
+it; later bases carry it) — ``PoolingRunner(model, vllm_config)``, token
+tasks by attention type, late-interaction documents released when aborted,
+the lifecycle hooks.
 
-The test file comes from upstream's 0.27.1 source distribution, fetched with
-pip at test time (``scripts.series.base.fetch``: sha256 pinned in the line's base.toml,
-``[upstream-sources.pr50574]``), cached, never committed. It runs in a fresh
-pytest process, alone in a scratch directory (upstream's conftest.py needs
-upstream's test environment), with this repository's ``vllm/`` on the path.
+Which sdist and which tests are base facts of the line (``base.toml``,
+``[upstream-sources.pr50574]``: the sdist pinned by sha256 and its
+``tests``, node ids relative to its top directory; ``python -m
+scripts.series.base show``): each line runs the tests as the release it
+names ships them, since a later release may move, rewrite or rename them.
+The sdist is fetched with pip at test time (``scripts.series.base.fetch``),
+cached, never committed. The test files run in a fresh pytest process, alone
+in a scratch directory (upstream's conftest.py needs upstream's test
+environment), with the line's ``vllm`` on the path.
 """
 
 from __future__ import annotations
@@ -25,37 +30,33 @@ import pytest
 from scripts.common.paths import child_pythonpath
 from scripts.series.base import fetch, upstream_sources
 
-UPSTREAM_FILE = "tests/models/language/pooling/test_splade_sparse_pooler.py"
-TESTS = [
-    "test_pooling_runner_supports_encoder_token_embedding",
-    "test_pooling_runner_filters_decoder_token_embedding",
-    "test_pooling_runner_releases_aborted_late_interaction_doc",
-    "test_encoder_cache_reset_clears_late_interaction_state",
-]
-
 
 @pytest.fixture(scope="module")
-def upstream_test_file(tmp_path_factory):
-    """The upstream test file, extracted from the pinned sdist."""
-    sdist = fetch(upstream_sources("pr50574"))
-    member = f"vllm-{upstream_sources('pr50574').version}/{UPSTREAM_FILE}"
+def upstream_tests(tmp_path_factory):
+    """The scratch directory holding the test files of the pinned tests,
+    extracted from the pinned sdist at their paths in it, and the tests'
+    node ids there."""
+    sources = upstream_sources("pr50574")
+    assert sources.tests, "base.toml's [upstream-sources.pr50574] names no tests"
+    sdist = fetch(sources)
     dest = tmp_path_factory.mktemp("upstream-pr50574")
     with tarfile.open(sdist) as tar:
-        source = tar.extractfile(member)
-        assert source is not None, f"{member} is not in {sdist.name}"
-        path = dest / "test_splade_sparse_pooler.py"
-        path.write_bytes(source.read())
-    return path
+        for path in dict.fromkeys(test.split("::")[0] for test in sources.tests):
+            member = f"vllm-{sources.version}/{path}"
+            source = tar.extractfile(member)
+            assert source is not None, f"{member} is not in {sdist.name}"
+            (dest / path).parent.mkdir(parents=True, exist_ok=True)
+            (dest / path).write_bytes(source.read())
+    return dest, list(sources.tests)
 
 
-def test_upstream_pr50574_pooling_runner_tests_pass_unmodified(upstream_test_file):
-    ids = [f"{upstream_test_file}::{name}" for name in TESTS]
+def test_upstream_pr50574_pooling_runner_tests_pass_unmodified(upstream_tests):
+    root, tests = upstream_tests
     env = dict(os.environ, PYTHONPATH=child_pythonpath())
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *ids, "-q", "-p", "no:cacheprovider",
-         "--rootdir", str(upstream_test_file.parent), "-o", "addopts=",
-         "-W", "ignore::DeprecationWarning"],
-        cwd=upstream_test_file.parent, env=env, capture_output=True, text=True, timeout=900)
+        [sys.executable, "-m", "pytest", *tests, "-q", "-p", "no:cacheprovider",
+         "--rootdir", str(root), "-o", "addopts=", "-W", "ignore::DeprecationWarning"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=900)
     tail = proc.stdout[-6000:] + proc.stderr[-2000:]
     summary = re.findall(r"^=*\s*(\d+ passed[^\n]*?) in [\d.]+s", proc.stdout, re.M)
-    assert proc.returncode == 0 and summary == [f"{len(TESTS)} passed"], tail
+    assert proc.returncode == 0 and summary == [f"{len(tests)} passed"], tail
