@@ -7,7 +7,6 @@ engine calls per task. The cases themselves are data in
 from __future__ import annotations
 
 from collections.abc import Mapping
-
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable

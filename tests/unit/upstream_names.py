@@ -33,7 +33,6 @@ def server_app_builders():
     return make_arg_parser, build_app
 
 
-
 def serve_context(request, model_name: str, request_id: str, pooling_params):
     """A ``PoolingServeContext`` (``vllm.entrypoints.pooling.typing``) for
     ``request`` (an OpenAI pooling request model) and ``pooling_params``, as
