@@ -2,8 +2,9 @@
 # upstream vLLM release (patches/<base version>/).
 #
 #   make          set up the default line (venv, base, series, CPU wheel) and run the smoke job
-#   make test     the default line's tests (tooling, wheels, CPU end-to-end); .ci/run calls it
-#   make LINE=0.26.0 test   the same for another line (every target takes LINE=)
+#   make test     the default line's tests (tooling, wheels, CPU end-to-end) and the maintenance
+#                 lines' share (unit tests, smoke, a matrix row per family); .ci/run calls it
+#   make LINE=0.26.0 test   every test of another line (every target takes LINE=)
 #   make help     every target
 #
 # Everything below is idempotent: a second `make` reuses what is built.
@@ -43,7 +44,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream test test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -76,7 +77,11 @@ help:
 	@echo "                  each patch merged three ways, as python -m scripts.series rebase carries it"
 	@echo "make test-upstream each patch's mapped tests on unpatched releases (RELEASES=a,b) or an upstream"
 	@echo "                  checkout (UPSTREAM=path): where upstream carries a patch (reports/drift-upstream.*)"
-	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select)"
+	@echo "make upstream-tests upstream's own pooling tests from the line's pinned sdist, offline, against the line;"
+	@echo "                  failures again on unpatched vLLM: upstream's own or the line's (reports/upstream-pooling.*)"
+	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select);"
+	@echo "                  for the default line also each maintenance line's share (make test-maintenance)"
+	@echo "make test-maintenance  the share of a maintenance line: unit tests, one matrix row per family, smoke job"
 	@echo "make test-not-e2e the tests not marked e2e: tests/tooling, tests/unit, and the slow ones (wheel builds, fetches)"
 	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
 	@echo "make clean        remove generated trees and wheels (keeps the venvs, the download cache and a rebase in progress;"
@@ -210,6 +215,14 @@ drift: env
 test-upstream: env
 	$(PY) -m scripts.series.drift test-upstream $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
 
+# Upstream's own pooling tests from the line's pinned sdist (base.toml's [upstream-sources.*]),
+# unmodified, against the line's applied tree, offline; every failure again on unpatched vLLM
+# (scripts/validation/upstream_pooling.py). Exit status 1 when a test fails only on the line.
+# UPSTREAM_TESTS_ARGS: --select NODE ... (python -m scripts.validation.upstream_pooling -h).
+UPSTREAM_TESTS_ARGS ?=
+upstream-tests: install tree
+	$(LINE_RUN) $(PY) -m scripts.validation.upstream_pooling $(UPSTREAM_TESTS_ARGS)
+
 # Every test target names the line it tests, first and last.
 define run_tests
 	@echo "== line $(LINE): testing vLLM $(LINE) + its series ($(LINE_BUILD)/vllm, $(VENV))"
@@ -217,8 +230,24 @@ define run_tests
 	@echo "== line $(LINE): tests passed"
 endef
 
+# The current line's make test also runs each maintenance line's share (patches/lines.toml):
+# make LINE=<maintenance line> test runs that line's whole suite instead.
+DEFAULT_LINE := $(shell $(PYTHON) -m scripts.series.lines default)
+MAINTENANCE_LINES := $(shell $(PYTHON) -m scripts.series.lines maintenance)
+
 test: install tree
 	$(call run_tests,)
+ifeq ($(LINE),$(DEFAULT_LINE))
+	@for line in $(MAINTENANCE_LINES); do \
+		$(MAKE) --no-print-directory LINE=$$line VENV=.venv-$$line test-maintenance || exit 1; done
+endif
+
+# A maintenance line's share of the current line's make test: its unit tests, one matrix
+# row per family (tests/e2e/test_matrix.py's family cases, on their default runner) and its
+# smoke job.
+test-maintenance: install tree
+	$(call run_tests,tests/unit tests/e2e/test_matrix.py::test_family_case_matches_transformers_on_its_runners --family-default-runner-only)
+	$(LINE_RUN) $(PY) -m scripts.validation.smoke --report smoke-$(LINE).json
 
 test-not-e2e: install tree
 	$(call run_tests,-m "not e2e")

@@ -60,6 +60,12 @@ def tree_files(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--family-default-runner-only", action="store_true",
+                     help="tests/e2e/test_matrix.py's family cases on the runner vLLM picks by default only, "
+                          "not also on V1 (a maintenance line's share of make test: one matrix row per family)")
+
+
 def pytest_collection_modifyitems(config, items):
     """Deselect the tests marked ``line(...)`` that do not name the line under
     test (``scripts.series.lines.get_line()``: ``make LINE=`` exports it as

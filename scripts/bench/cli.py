@@ -201,7 +201,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     if "serve" in sections:
         from scripts.bench.server import bar_steps
 
-        total += bar_steps(args.reps, args.quick, infinity is not None)
+        total += bar_steps(args.reps, args.quick, infinity is not None, len(args.lines))
     print(f"== make bench: {len(sentences)} STS-B sentences; every system in a process of its own, "
           f"{args.reps} interleaved rounds after a warm-up ({args.colbert_reps} for scoring); "
           f"sections {', '.join(sections)}; lines {', '.join(line.name for line in args.lines)}", flush=True)
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace, started: float) -> int:
 
             bar.set_description("serve")
             results["serve"] = _section("serve", bench_serve, sts_test().sentences, args.reps, bar, args.quick,
-                                        infinity)
+                                        infinity, args.lines)
     if "overhead" in sections:
         print("== pooling overhead per step (MRV2 vs V1, no model forward)", flush=True)
         results["overhead"] = _section("overhead", bench_overhead, worker_threads(results), sizes,

@@ -1,6 +1,7 @@
 """``make bench``, section ``serve``: the OpenAI-compatible server under load.
 
-1. ``serve_load``: all-MiniLM-L6-v2 served three times at once, by vLLM's
+1. ``serve_load``: all-MiniLM-L6-v2 served three times at once (with
+   ``--line``, MRV2 and V1 of each line), by vLLM's
    default runner (MRV2), by V1 (``VLLM_USE_V2_MODEL_RUNNER=0``), each
    server's worker asked which runner it built, and by infinity-emb's torch
    engine (``InfinityServer``, its own venv); upstream's own client, ``vllm bench
@@ -134,21 +135,60 @@ def _measured_round(server, dataset: Path, requests: int, concurrency: int, out:
     return result
 
 
+def vllm_servers(model, lines=None) -> dict[str, VllmServer]:
+    """The vLLM servers of the load section: ``mrv2`` (vLLM's default runner)
+    and ``v1`` of the bench's own vLLM, or, with several ``lines``
+    (``scripts.bench.sections.Line``), ``mrv2@NAME`` and ``v1@NAME`` of each,
+    started with that line's venv's ``vllm`` command and its hosts'
+    ``PYTHONPATH`` (the repository's ``scripts`` alone: vLLM from the venv)."""
+    env = server_env()
+    if not lines or len(lines) == 1:
+        return {"mrv2": VllmServer(model, name="bench-serve-mrv2", runner="default", env=env),
+                "v1": VllmServer(model, name="bench-serve-v1", runner="v1", env=env)}
+    servers = {}
+    for line in lines:
+        for engine, runner in (("mrv2", "default"), ("v1", "v1")):
+            name = f"{engine}@{line.name}"
+            servers[name] = VllmServer(model, name=f"bench-serve-{name}", runner=runner,
+                                       executable=str(Path(line.python).parent / "vllm"),
+                                       env={**env, "PYTHONPATH": line.pythonpath})
+    return servers
+
+
+def load_ratios(med: dict, lines=None) -> dict:
+    """Ratios of the load section's medians (``med``: server name to its
+    ``request_throughput``, ``p50_e2el_ms``, ``p99_e2el_ms``): ``mrv2/v1``
+    and ``mrv2/infinity``; with several ``lines``, ``mrv2@L/v1@L`` per line
+    and each later line's ``mrv2@L``/``v1@L`` to the first line's. Keys
+    ``"<a>/<b> requests/s"``, ``"<a>/<b> p50"``, ``"<a>/<b> p99"``."""
+    pairs = [("mrv2", "v1"), ("mrv2", "infinity")]
+    if lines and len(lines) > 1:
+        first = lines[0].name
+        pairs = [(f"mrv2@{line.name}", f"v1@{line.name}") for line in lines]
+        pairs += [(f"mrv2@{lines[0].name}", "infinity")]
+        pairs += [(f"{e}@{line.name}", f"{e}@{first}") for line in lines[1:] for e in ("mrv2", "v1")]
+    out = {}
+    for a, b in pairs:
+        if a in med and b in med:
+            out.update({f"{a}/{b} requests/s": med[a]["request_throughput"] / med[b]["request_throughput"],
+                        f"{a}/{b} p50": med[a]["p50_e2el_ms"] / med[b]["p50_e2el_ms"],
+                        f"{a}/{b} p99": med[a]["p99_e2el_ms"] / med[b]["p99_e2el_ms"]})
+    return out
+
+
 def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_REQUESTS,
-               concurrency: int = LOAD_CONCURRENCY, infinity: str | None = None) -> dict:
-    """Section 1 (see the module docstring): per server (``mrv2``: vLLM's
-    default runner, ``v1``, and ``infinity`` when ``infinity`` names its
-    ``infinity_emb`` script), what ran and each round's figures, with the
-    CPU seconds of the server's processes (``_measured_round``) and their
-    peak RSS at the end (``proctree.peak_rss``); medians, MRV2/V1 and
-    MRV2/infinity. A server that fails to start is recorded
-    (``{"error": ...}``) and left out."""
+               concurrency: int = LOAD_CONCURRENCY, infinity: str | None = None, lines=None) -> dict:
+    """Section 1 (see the module docstring): per server (``vllm_servers``:
+    MRV2, vLLM's default runner, and V1, of each line; and ``infinity`` when
+    ``infinity`` names its ``infinity_emb`` script), what ran and each
+    round's figures, with the CPU seconds of the server's processes
+    (``_measured_round``) and their peak RSS at the end
+    (``proctree.peak_rss``); medians and ``load_ratios``. A server that
+    fails to start is recorded (``{"error": ...}``) and left out."""
     from scripts.bench import proctree
     from scripts.validation.models import minilm_path, mixed_length_texts
     texts = mixed_length_texts(sentences, requests)
-    env = server_env()
-    servers = {"mrv2": VllmServer(minilm_path(), name="bench-serve-mrv2", runner="default", env=env),
-               "v1": VllmServer(minilm_path(), name="bench-serve-v1", runner="v1", env=env)}
+    servers = vllm_servers(minilm_path(), lines)
     result = {"model": "all-MiniLM-L6-v2", "requests": requests, "concurrency": concurrency,
               "client": "vllm bench serve --backend openai-embeddings (custom dataset, request rate inf)",
               "servers": {}, "rounds": {}}
@@ -201,13 +241,7 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
         med[name]["completed"] = sum(r["completed"] for r in rounds)
         med[name]["failed"] = sum(r.get("failed") or 0 for r in rounds)
     result["median"] = med
-    result["ratios"] = {}
-    for ref in ("v1", "infinity"):
-        if "mrv2" in med and ref in med:
-            result["ratios"].update({
-                f"mrv2/{ref} requests/s": med["mrv2"]["request_throughput"] / med[ref]["request_throughput"],
-                f"mrv2/{ref} p50": med["mrv2"]["p50_e2el_ms"] / med[ref]["p50_e2el_ms"],
-                f"mrv2/{ref} p99": med["mrv2"]["p99_e2el_ms"] / med[ref]["p99_e2el_ms"]})
+    result["ratios"] = load_ratios(med, lines)
     return result
 
 
@@ -294,20 +328,24 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
             "state_clean": state == EMPTY_STATE}
 
 
-def bench_serve(sentences: list[str], reps: int, bar=None, quick: bool = False, infinity: str | None = None) -> dict:
+def bench_serve(sentences: list[str], reps: int, bar=None, quick: bool = False, infinity: str | None = None,
+                lines=None) -> dict:
     """Both parts of the ``serve`` section (``quick``: 256 load requests, 1
     round, 1,000 memory requests with 20 disconnects); ``infinity``: the
-    ``infinity_emb`` script of infinity-emb's venv (None: without it)."""
+    ``infinity_emb`` script of infinity-emb's venv (None: without it);
+    ``lines``: the load's servers of each line (``vllm_servers``; the memory
+    part runs on the bench's own vLLM)."""
     if quick:
-        return {"load": serve_load(sentences, 1, bar, requests=256, infinity=infinity),
+        return {"load": serve_load(sentences, 1, bar, requests=256, infinity=infinity, lines=lines),
                 "memory": serve_memory(sentences, bar, requests=1000, disconnects=20, sample_every=250)}
-    return {"load": serve_load(sentences, reps, bar, infinity=infinity), "memory": serve_memory(sentences, bar)}
+    return {"load": serve_load(sentences, reps, bar, infinity=infinity, lines=lines),
+            "memory": serve_memory(sentences, bar)}
 
 
-def bar_steps(reps: int, quick: bool, infinity: bool = False) -> int:
-    """Progress-bar steps of ``bench_serve``: the load rounds (2 or 3
-    servers) plus the memory batches."""
-    servers = 3 if infinity else 2
+def bar_steps(reps: int, quick: bool, infinity: bool = False, n_lines: int = 1) -> int:
+    """Progress-bar steps of ``bench_serve``: the load rounds (MRV2 and V1
+    of each line, and infinity-emb) plus the memory batches."""
+    servers = 2 * n_lines + (1 if infinity else 0)
     if quick:
         return servers * 1 + 1000 // 250
     return servers * reps + MEMORY_REQUESTS // MEMORY_SAMPLE_EVERY
@@ -334,10 +372,11 @@ def summary_lines(sec: dict) -> list[str]:
                     "CPU-s and peak RSS of all the server's processes:",
                 "| server | requests/s | p50 ms | p99 ms | CPU-s per 1,000 requests | peak RSS MiB | completed | "
                 "failed |", "|---|---|---|---|---|---|---|---|", *rows]
-        for ref, label in (("v1", "MRV2/V1"), ("infinity", "MRV2/infinity")):
-            if f"mrv2/{ref} requests/s" in r:
-                out.append(f"{label}: requests/s {r[f'mrv2/{ref} requests/s']:.2f}, p50 {r[f'mrv2/{ref} p50']:.2f}, "
-                           f"p99 {r[f'mrv2/{ref} p99']:.2f}")
+        for key in r:
+            if key.endswith(" requests/s"):
+                pair = key.removesuffix(" requests/s")
+                out.append(f"{pair}: requests/s {r[key]:.2f}, p50 {r[f'{pair} p50']:.2f}, "
+                           f"p99 {r[f'{pair} p99']:.2f}")
     mem = sec.get("memory")
     if mem:
         samples = ", ".join(f"{n}: {m:.0f}" for n, m in mem["samples_mib"])

@@ -9,14 +9,18 @@ its own directory ``patches/<base version>/``:
 - ``NNNN-topic.patch``: the patches.
 
 Which line ``make`` acts on without ``LINE=`` is not a fact of any base: it
-is ``default`` in ``patches/lines.toml``. A command's line is, in this order,
-its ``--line`` option, the environment's ``VDIST_LINE`` (the Makefile exports
-``LINE`` as that), else the default.
+is ``default`` in ``patches/lines.toml`` (the current line). Its
+``maintenance`` list names the older lines still released (bug fixes only):
+``make test`` of the current line also runs their share of the tests (unit
+tests, the smoke job, one matrix row per family). A command's line is, in
+this order, its ``--line`` option, the environment's ``VDIST_LINE`` (the
+Makefile exports ``LINE`` as that), else the default.
 
 Command line (the Makefile reads the default line with it, before any venv
 exists: standard library only)::
 
-    python -m scripts.series.lines default     # the default line, e.g. 0.26.0
+    python -m scripts.series.lines default     # the default line, e.g. 0.32.0
+    python -m scripts.series.lines maintenance # the maintenance lines, e.g. 0.26.0
     python -m scripts.series.lines list        # every line, oldest first
 """
 
@@ -94,6 +98,26 @@ def default_line(root: Path = PATCHES_ROOT) -> str:
     return name
 
 
+def maintenance_lines(root: Path = PATCHES_ROOT) -> list[str]:
+    """``maintenance`` of ``<root>/lines.toml`` (empty when absent), oldest
+    first. Raises ``LineError`` for a name that is no line, the default line
+    itself, or a value that is not a list of strings."""
+    path = root / LINES_FILE
+    try:
+        names = tomllib.loads(path.read_text()).get("maintenance", [])
+    except (FileNotFoundError, tomllib.TOMLDecodeError) as e:
+        raise LineError(f"{path}: cannot be read ({e})") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise LineError(f"{path}: maintenance must be a list of base versions, e.g. [\"0.26.0\"]")
+    default = default_line(root)
+    for name in names:
+        if name not in line_names(root):
+            raise LineError(f"{path}: maintenance line {name!r} has no directory {root / name} with a base.toml")
+        if name == default:
+            raise LineError(f"{path}: {name} is the default line, not a maintenance line")
+    return sorted(names, key=_version_key)
+
+
 def get_line(name: str | None = None, root: Path = PATCHES_ROOT) -> Line:
     """The line ``name``; without it ``$VDIST_LINE``, else the default line.
     Raises ``LineError`` naming the lines there are."""
@@ -144,16 +168,18 @@ def next_number(line: Line, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.series.lines {default,list}``; exit status 1 with
-    the error for a ``LineError``."""
+    """``python -m scripts.series.lines {default,maintenance,list}``; exit
+    status 1 with the error for a ``LineError``."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv == ["default"]:
             print(default_line())
+        elif argv == ["maintenance"]:
+            print("\n".join(maintenance_lines()))
         elif argv == ["list"]:
             print("\n".join(line_names()))
         else:
-            print("usage: python -m scripts.series.lines {default,list}", file=sys.stderr)
+            print("usage: python -m scripts.series.lines {default,maintenance,list}", file=sys.stderr)
             return 2
     except LineError as e:
         print(f"error: {e}", file=sys.stderr)

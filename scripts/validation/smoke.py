@@ -14,13 +14,13 @@ asserts (asking the worker) that MRV2 ran and how it prepared its inputs. For
 each model the job prints that runner and input preparation, the
 sentences per second of the ``LLM.embed`` call, and the minimum cosine
 similarity with the reference over all sentences; it writes the figures to
-``reports/smoke.json``. Exit status 1 when a model falls below docs/validation.md's
+``reports/smoke.json`` (``--report``: another name there). Exit status 1 when a model falls below docs/validation.md's
 bar (cosine 0.99999), when MRV2 did not run (both rows: MiniLM by vLLM's
 default, patch 0007; the Qwen3 as asked), or when MRV2 prepared its inputs
 otherwise than this machine should (``scripts.validation.engine.expected_input_preparation``:
 the native kernels of patch 0008 where Triton has no backend).
 
-    python -m scripts.validation.smoke [--limit N]
+    python -m scripts.validation.smoke [--limit N] [--report smoke.json]
 """
 
 from __future__ import annotations
@@ -102,6 +102,8 @@ def main(argv=None) -> int:
     """The ``make`` smoke job's command line (see the module's docstring); the exit status."""
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use the first N pairs only")
+    parser.add_argument("--report", default="smoke.json",
+                        help="the report's file name under reports/ (make test-maintenance: smoke-<line>.json)")
     args = parser.parse_args(argv)
     quiet_vllm("smoke")
     pairs = sts_test()
@@ -115,7 +117,7 @@ def main(argv=None) -> int:
     qwen3 = make_tiny_qwen3(MODELS / "tiny-qwen3")
     rows.append(run_model("tiny-qwen3 (random)", qwen3, "v2", pairs.sentences, hf_last_token_embed))
 
-    (path,) = write_reports({"smoke.json": {"version": vllm.__version__, "base": load_base().version, "rows": rows}})
+    (path,) = write_reports({args.report: {"version": vllm.__version__, "base": load_base().version, "rows": rows}})
     print("\n" + table(rows))
     failures = check(rows)
     for f in failures:

@@ -1,7 +1,8 @@
 """The validation matrix in ``make test``, generated from the matrix's own
 row definitions: one case per family (``scripts/validation/matrix_rows.py``,
 cases with ``smoke=True``), each on the runner vLLM picks by default
-(asserted) and on V1, against transformers on the same weights; and every
+(asserted) and on V1 (a maintenance line's share of ``make test``: the
+default runner only), against transformers on the same weights; and every
 real-weight and MTEB STS row (``scripts/validation/matrix_real.py``):
 all-MiniLM-L6-v2's embed (all STS-B test sentences, min cosine with
 sentence-transformers) and token_embed (against transformers), and STS-B
@@ -20,10 +21,14 @@ FAMILY_CASES = [c for c in CASES if c.smoke]
 
 
 @pytest.mark.parametrize("case", FAMILY_CASES, ids=[f"{c.family}:{c.id}" for c in FAMILY_CASES])
-def test_family_case_matches_transformers_on_its_runners(case, monkeypatch):
+def test_family_case_matches_transformers_on_its_runners(case, monkeypatch, request):
+    """On the runner vLLM picks by default and on V1 (``--family-default-runner-only``:
+    the default runner alone, as a maintenance line's share of ``make test`` runs it)."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one process: start-up in seconds
-    rows = run_case(case)
-    assert [(r.task, r.runner) for r in rows] == [(t.name, runner) for runner in case.runners for t in case.tasks]
+    only_default = request.config.getoption("--family-default-runner-only")
+    runners = (case.default_runner,) if only_default else case.runners
+    rows = run_case(case, runners)
+    assert [(r.task, r.runner) for r in rows] == [(t.name, runner) for runner in runners for t in case.tasks]
     assert [(r.id, r.reason) for r in rows if not r.passed] == []
     assert all(r.ran == r.runner and r.value <= r.tolerance for r in rows)
 

@@ -14,7 +14,7 @@ import pytest
 from scripts.series.base import (Artifact, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel,
                                  fetch, load_base, sha256_file, split_requirements, wheel_name)
 from scripts.series.base import main as base_main
-from scripts.series.lines import PATCHES_ROOT, Line, LineError, default_line, get_line, line_names
+from scripts.series.lines import PATCHES_ROOT, Line, LineError, default_line, get_line, line_names, maintenance_lines
 from scripts.series.patches import apply_series, tree_digest
 from tests.conftest import FAKE_FILES, make_wheel
 
@@ -79,6 +79,27 @@ def test_lines_default_and_selection(tmp_path, monkeypatch):
     (tmp_path / "lines.toml").write_text('default = "2.0.0"\n')
     with pytest.raises(LineError, match="default line '2.0.0' has no directory"):
         default_line(tmp_path)
+
+
+def test_lines_maintenance(tmp_path):
+    """lines.toml's maintenance list: lines that exist, oldest first, never
+    the default line; none when the key is absent."""
+    for name in ("1.0.0", "1.2.0", "2.0.0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "base.toml").write_text("")
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\n')
+    assert maintenance_lines(tmp_path) == []
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["1.2.0", "1.0.0"]\n')
+    assert maintenance_lines(tmp_path) == ["1.0.0", "1.2.0"]
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["2.0.0"]\n')
+    with pytest.raises(LineError, match="2.0.0 is the default line, not a maintenance line"):
+        maintenance_lines(tmp_path)
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["1.1.0"]\n')
+    with pytest.raises(LineError, match="maintenance line '1.1.0' has no directory"):
+        maintenance_lines(tmp_path)
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = "1.0.0"\n')
+    with pytest.raises(LineError, match="maintenance must be a list of base versions"):
+        maintenance_lines(tmp_path)
 
 
 def test_base_command_prints_the_lines_facts(capsys):

@@ -249,6 +249,30 @@ def test_a_line_whose_venv_does_not_exist_is_refused(tmp_path):
         parse_line(f"0.32.0={tmp_path / '.venv-0.32.0'}")
 
 
+def test_serve_section_of_two_lines_starts_each_lines_vllm(tmp_path):
+    """--line 0.26.0=... --line 0.32.0=...: the load section's servers are MRV2
+    and V1 of each line, each started with its venv's vllm command and the
+    line's hosts' path, and the ratios pair each line's MRV2 with its V1 and
+    the later line with the first."""
+    from scripts.bench.sections import Line
+    from scripts.bench.server import load_ratios, vllm_servers
+
+    lines = [Line("0.26.0", str(tmp_path / "a" / "bin" / "python"), "/scripts-a"),
+             Line("0.32.0", str(tmp_path / "b" / "bin" / "python"), "/scripts-b")]
+    servers = vllm_servers("/models/minilm", lines)
+    assert {n: (s.cmd[0], s.env["PYTHONPATH"], s.env.get("VLLM_USE_V2_MODEL_RUNNER"))
+            for n, s in servers.items()} == {
+        "mrv2@0.26.0": (str(tmp_path / "a" / "bin" / "vllm"), "/scripts-a", None),
+        "v1@0.26.0": (str(tmp_path / "a" / "bin" / "vllm"), "/scripts-a", "0"),
+        "mrv2@0.32.0": (str(tmp_path / "b" / "bin" / "vllm"), "/scripts-b", None),
+        "v1@0.32.0": (str(tmp_path / "b" / "bin" / "vllm"), "/scripts-b", "0")}
+    med = {n: {"request_throughput": t, "p50_e2el_ms": 100.0, "p99_e2el_ms": 200.0}
+           for n, t in (("mrv2@0.26.0", 250.0), ("v1@0.26.0", 200.0), ("mrv2@0.32.0", 300.0), ("v1@0.32.0", 240.0))}
+    ratios = {k: v for k, v in load_ratios(med, lines).items() if k.endswith("requests/s")}
+    assert ratios == {"mrv2@0.26.0/v1@0.26.0 requests/s": 1.25, "mrv2@0.32.0/v1@0.32.0 requests/s": 1.25,
+                      "mrv2@0.32.0/mrv2@0.26.0 requests/s": 1.2, "v1@0.32.0/v1@0.26.0 requests/s": 1.2}
+
+
 # --------------------------------------------------------------------------- report
 
 def _engine(runner, requested, **extra):

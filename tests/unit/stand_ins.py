@@ -112,7 +112,8 @@ class ConfigStandIn:
     that has it (``use_v2_model_runner`` of the 0.26.0 line calls
     ``_is_default_v2_model_runner_model``, removed in 0.29.0, and
     ``_v2_model_runner_runs_without_triton``; the 0.32.0 line's calls
-    ``_get_v2_model_runner_features_needing_triton``)."""
+    ``_get_v2_model_runner_features_needing_triton`` and
+    ``_get_v2_model_runner_unserved_pooling_task``)."""
 
     def __init__(self, **fields):
         self.__dict__.update(fields)
@@ -137,6 +138,11 @@ class ConfigStandIn:
         from vllm.config.vllm import VllmConfig
 
         return VllmConfig._get_v2_model_runner_features_needing_triton(self)
+
+    def _get_v2_model_runner_unserved_pooling_task(self):
+        from vllm.config.vllm import VllmConfig
+
+        return VllmConfig._get_v2_model_runner_unserved_pooling_task(self)
 
     def _dflash_needs_multi_kv_group(self):
         return False

@@ -131,6 +131,12 @@ def _not_default(hybrid: bool, attention_free: bool) -> str:
             "(VLLM_USE_V2_MODEL_RUNNER=1 selects MRV2).")
 
 
+# A configured pooling task MRV2 does not serve, on the 0.32.0 line: V1 on every platform (upstream
+# selects MRV2 and its PoolingRunner refuses to start).
+UNSERVED_TASK = "Model Runner V2 does not serve the pooling task 'plugin'; using the V1 model runner instead."
+UNSERVED_TASK_REFUSAL = ("Model Runner V2 does not serve the pooling task 'plugin'. "
+                         "Set VLLM_USE_V2_MODEL_RUNNER=0 to use the V1 model runner.")
+
 # The tasks the 0.26.0 line's MRV2 serves for MiniLM (an encoder-only model).
 MINILM_SERVED = "['classify', 'embed', 'embed&token_classify', 'token_classify', 'token_embed']"
 
@@ -180,7 +186,7 @@ FALLBACKS = [
      {"0.26.0": _not_default(False, True), "0.32.0": _native("hybrid and attention-free models (Mamba state)")}),
     ("configured task MRV2 does not serve", "minilm", {"pooler_config": {"task": "plugin"}}, None,
      {"0.26.0": _unsupported(f"the configured pooling task 'plugin' (it serves {MINILM_SERVED})"),
-      "0.32.0": _native("the pooling task 'plugin' (not served by MRV2)")}),
+      "0.32.0": UNSERVED_TASK}),
 ]
 
 
@@ -216,6 +222,20 @@ def test_with_triton_the_same_models_run_mrv2(pooling_config, triton, case):
     assert config.use_v2_model_runner is True
 
 
+def test_with_triton_a_task_mrv2_does_not_serve_runs_v1(real_config, vllm_config_log, minilm):
+    """The task is not a matter of kernels: with Triton too (the GPU's case),
+    V1 by default with the one line saying why, and forcing MRV2 is refused
+    when the config is built, before the engine starts."""
+    case = FALLBACKS[-1]
+    assert case[0] == "configured task MRV2 does not serve"
+    config = real_config(minilm, "pooling", triton=True, **case[2])
+    assert config.use_v2_model_runner is False
+    assert [m for m in vllm_config_log if "V1 model runner" in m] == [case[4][LINE]]
+    with pytest.raises(ValueError) as e:
+        real_config(minilm, "pooling", triton=True, env="1", **case[2])
+    assert config_error(e.value) == REFUSALS[case[0]][LINE]
+
+
 _REFUSAL_0260 = ("Model Runner V2 requires Triton for this model: without it, MRV2 serves only pooling models "
                  "on the CPU (no M-RoPE/XD-RoPE, hybrid, or decode context parallelism). Install Triton with a "
                  "backend for this device, or set VLLM_USE_V2_MODEL_RUNNER=0.")
@@ -246,7 +266,7 @@ REFUSALS = {
     "attention-free": {"0.32.0": _native_refusal("hybrid and attention-free models (Mamba state)")},
     "configured task MRV2 does not serve": {
         "0.26.0": _unsupported_refusal(f"the configured pooling task 'plugin' (it serves {MINILM_SERVED})"),
-        "0.32.0": _native_refusal("the pooling task 'plugin' (not served by MRV2)")},
+        "0.32.0": UNSERVED_TASK_REFUSAL},
 }
 
 
