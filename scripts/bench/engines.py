@@ -59,13 +59,12 @@ def worker_probe(worker) -> dict:
     threads."""
     import torch
 
-    from scripts.validation.engine import runner_class
+    from scripts.validation.engine import input_preparation_kind, runner_class
     from vllm.triton_utils import importing
 
     try:
-        from vllm.v1.worker.cpu import input_preparation
-
-        native = input_preparation.installed()
+        # the 0.26.0 line's namespace swap or the 0.32.0 line's dispatcher overrides
+        native = input_preparation_kind(worker) == "native"
     except ImportError:
         native = None  # a series without patch 0008
     return {"runner_class": runner_class(worker), "triton_interpret_env": os.environ.get("TRITON_INTERPRET"),
