@@ -15,7 +15,8 @@ PYTHON ?= python3
 # another. Each line has its own venv and its own applied tree (.build/lines/<line>/vllm,
 # which its jobs and tests import); vllm/ at the root is the maintainer's working tree
 # (make apply).
-LINE ?= $(shell $(PYTHON) -m scripts.series.lines default)
+DEFAULT_LINE := $(shell $(PYTHON) -m scripts.series.lines default)
+LINE ?= $(DEFAULT_LINE)
 ifeq ($(LINE),)
 $(error no default line: patches/lines.toml must name one (python -m scripts.series.lines default))
 endif
@@ -232,7 +233,6 @@ endef
 
 # The current line's make test also runs each maintenance line's share (patches/lines.toml):
 # make LINE=<maintenance line> test runs that line's whole suite instead.
-DEFAULT_LINE := $(shell $(PYTHON) -m scripts.series.lines default)
 MAINTENANCE_LINES := $(shell $(PYTHON) -m scripts.series.lines maintenance)
 
 test: install tree

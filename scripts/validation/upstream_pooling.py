@@ -73,6 +73,7 @@ from scripts.common.paths import BUILD, REPO, REPORTS
 from scripts.common.reports import write_reports
 from scripts.series.base import Base, BaseError, UpstreamSources, cache_dir, fetch, load_base
 from scripts.series.tree import build_tree, tree_state, version_file
+from scripts.validation import upstream_plugin
 from scripts.validation.upstream_plugin import RESULTS_ENV
 
 # What issue 25 names, relative to the sdist's top directory: directories (every
@@ -89,7 +90,7 @@ _MENTIONS = re.compile("|".join(KEYWORD.split(" or ")), re.I)
 # versions are upstream's pins (HARNESS_PINS of the sdist).
 HARNESS = ("tblib", "pytest-asyncio")
 HARNESS_PINS = "requirements/test/cpu.txt"
-PLUGIN = "scripts.validation.upstream_plugin"
+PLUGIN = upstream_plugin.__name__
 # The environment upstream's CPU CI runs its tests in (the sdist's
 # .buildkite/scripts/hardware_ci/run-cpu-test.sh): no warm-up, eager dynamo, and an
 # explicit KV cache in GiB (16 on upstream's agents; 1 here: the tests' models are

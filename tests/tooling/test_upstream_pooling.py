@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,6 @@ from scripts.series.base import load_base
 from scripts.validation.models import MINILM_REPO, minilm_path
 from scripts.validation.upstream_plugin import offline_reason, offline_reason_in_text
 from scripts.validation.upstream_pooling import (
-    HARNESS,
     HARNESS_PINS,
     Outcome,
     UpstreamTestsError,
@@ -132,7 +130,6 @@ def test_harness_packages_come_at_upstreams_pins(monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", absent)
     pins = b"tblib==3.1.0\n    # via -r requirements/test/cpu.in\npytest-asyncio==1.4.0\npytest==9.1.0\n"
-    assert HARNESS == ("tblib", "pytest-asyncio")
     assert harness_requirements({HARNESS_PINS: pins}) == ["tblib==3.1.0", "pytest-asyncio==1.4.0"]
     with pytest.raises(UpstreamTestsError, match="pins no pytest-asyncio"):
         harness_requirements({HARNESS_PINS: b"tblib==3.1.0\n"})
@@ -141,8 +138,8 @@ def test_harness_packages_come_at_upstreams_pins(monkeypatch):
 def test_the_line_pins_the_sdist_of_its_own_release():
     base = load_base("0.32.0")
     name, sources = release_sdist(base)
-    assert (name, sources.filename, sources.version) == ("pr50574", "vllm-0.32.0.tar.gz", base.version)
-    assert sources is base.upstream[name]
+    # the one of base.toml's [upstream-sources.*] whose version is the line's base
+    assert sources is base.upstream[name] and sources.version == base.version
 
 
 def test_a_base_without_its_releases_sdist_is_refused():
@@ -253,11 +250,3 @@ def test_failures_are_upstreams_own_only_when_unpatched_vllm_fails_them_too():
         "offline: needs a/b from the Hugging Face hub (not in the offline cache)": ["a.py::hub"],
     }
     assert verdict.selected == len(line)
-
-
-def test_the_plugin_and_the_job_agree_on_the_results_file():
-    from scripts.validation import upstream_plugin, upstream_pooling
-
-    assert upstream_pooling.RESULTS_ENV == upstream_plugin.RESULTS_ENV
-    assert upstream_pooling.PLUGIN == upstream_plugin.__name__
-    assert Path(upstream_plugin.__file__).name == "upstream_plugin.py"
