@@ -62,17 +62,38 @@ def scores_on_mrv2(model, query: str, docs: list[str]) -> tuple[list[float], dic
     return scores, counts
 
 
-@pytest.mark.parametrize("n_docs", [1, 8])
-def test_colbert_scoring_on_mrv2_encodes_query_once(sts, colbert, n_docs):
-    query, docs = sts.first[0], sts.second[:n_docs]
-    scores, counts = scores_on_mrv2(colbert, query, docs)
+def test_colbert_scoring_encodes_each_query_once(sts, colbert, in_process):
+    """``LLM.score`` with 1 query and 1 or 8 documents, and with 2 queries
+    paired with 2 documents (N:N): on MRV2 (vLLM's default, asserted) the
+    token embeddings match ``colbert_reference``, the scores match MaxSim over
+    them, each query was encoded once and nothing stays cached; V1 gives the
+    same scores and request counts. One engine per runner for all calls."""
+    query, docs = sts.first[0], sts.second[:8]
+    pair_queries, pair_docs = sts.first[1:3], sts.second[8:10]
+    calls = [(query, docs[:1]), (query, docs), (pair_queries, pair_docs)]
+    with vllm_runner(colbert, "default") as llm:
+        tokens = token_embed(llm, [query] + docs)
+        on_mrv2 = [score_call(llm, q, d) for q, d in calls]
     with vllm_runner(colbert, "v1") as llm:
-        v1_scores, v1_counts, _ = score_call(llm, query, docs)
-    assert np.allclose(v1_scores, scores, rtol=0, atol=TOL)
-    assert v1_counts == counts
+        on_v1 = [score_call(llm, q, d) for q, d in calls]
+    ref = colbert_reference(colbert, [query] + docs)
+    for got, want in zip(tokens, ref, strict=True):
+        assert got.shape == want.shape and want.shape[1] == 32
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+    pair_ref = colbert_reference(colbert, pair_queries + pair_docs)
+    expected = [([maxsim(ref[0], ref[1])], 1),
+                ([maxsim(ref[0], d) for d in ref[1:]], 1),
+                ([maxsim(pair_ref[0], pair_ref[2]), maxsim(pair_ref[1], pair_ref[3])], 2)]
+    for (scores, counts, state), (want, n_queries) in zip(on_mrv2, expected, strict=True):
+        np.testing.assert_allclose(scores, want, rtol=0, atol=TOL)
+        assert counts == {"cache_query": n_queries, "score_doc": len(want)}
+        assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+    for (v1_scores, v1_counts, _), (scores, counts, _) in zip(on_v1, on_mrv2, strict=True):
+        np.testing.assert_allclose(v1_scores, scores, rtol=0, atol=TOL)
+        assert v1_counts == counts
 
 
-def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_modernbert):
+def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_modernbert, in_process):
     """The other ColBERT backbone buildable small (patch 0005 changed where
     every backbone builds its projection): starts with ``dim`` declared,
     token embeddings and scores match transformers on MRV2."""
