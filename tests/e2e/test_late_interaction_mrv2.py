@@ -35,8 +35,8 @@ def token_embed(llm, prompts):
 
 
 def score_call(llm, query, docs):
-    """LLM.score for 1 query and N documents, with the worker's request counts
-    and late-interaction state afterwards."""
+    """``LLM.score(query, docs)`` (a query and N documents, or N:N lists), with
+    the worker's request counts and late-interaction state afterwards."""
     llm.collective_rpc(count_late_interaction_requests)
     scores = [o.outputs.score for o in llm.score(query, docs, use_tqdm=False)]
     (counts,) = llm.collective_rpc(late_interaction_counts)
@@ -44,51 +44,43 @@ def score_call(llm, query, docs):
     return scores, counts, state
 
 
-def scores_on_mrv2(model, query: str, docs: list[str]) -> tuple[list[float], dict]:
-    """On MRV2 (vLLM's default, asserted): the token embeddings of the query
-    and documents match ``colbert_reference``, ``LLM.score``'s scores match
-    MaxSim over them, the query was encoded once and nothing stays cached.
-    Returns the scores and the request counts by late-interaction mode."""
+def scores_on_mrv2(model, calls: list[tuple[str | list[str], list[str]]]) -> list[tuple[list[float], dict]]:
+    """``LLM.score(queries, docs)`` for each of ``calls`` on one MRV2 engine
+    (vLLM's default, asserted): 1:N when ``queries`` is a string, N:N (query
+    i with document i) when it is a list. For each call the token embeddings
+    of its texts match ``colbert_reference``, the scores match MaxSim over
+    them, each query was encoded once and nothing stays cached. Returns each
+    call's scores and request counts by late-interaction mode."""
+    results = []
     with vllm_runner(model, "default") as llm:
-        tokens = token_embed(llm, [query] + docs)
-        scores, counts, state = score_call(llm, query, docs)
-    ref = colbert_reference(model, [query] + docs)
-    for got, want in zip(tokens, ref, strict=True):
-        assert got.shape == want.shape and want.shape[1] == 32
-        np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
-    assert np.allclose(scores, [maxsim(ref[0], d) for d in ref[1:]], rtol=0, atol=TOL)
-    assert counts == {"cache_query": 1, "score_doc": len(docs)}  # one query forward
-    assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
-    return scores, counts
+        for queries, docs in calls:
+            texts = ([queries] if isinstance(queries, str) else queries) + docs
+            results.append((texts, token_embed(llm, texts), *score_call(llm, queries, docs)))
+    checked = []
+    for texts, tokens, scores, counts, state in results:
+        ref = colbert_reference(model, texts)
+        for got, want in zip(tokens, ref, strict=True):
+            assert got.shape == want.shape and want.shape[1] == 32
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+        n_queries = len(texts) - len(scores)
+        pairs = [(0 if n_queries == 1 else i, n_queries + i) for i in range(len(scores))]
+        np.testing.assert_allclose(scores, [maxsim(ref[q], ref[d]) for q, d in pairs], rtol=0, atol=TOL)
+        assert counts == {"cache_query": n_queries, "score_doc": len(scores)}  # one forward per query
+        assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+        checked.append((scores, counts))
+    return checked
 
 
 def test_colbert_scoring_encodes_each_query_once(sts, colbert, in_process):
     """``LLM.score`` with 1 query and 1 or 8 documents, and with 2 queries
-    paired with 2 documents (N:N): on MRV2 (vLLM's default, asserted) the
-    token embeddings match ``colbert_reference``, the scores match MaxSim over
-    them, each query was encoded once and nothing stays cached; V1 gives the
+    paired with 2 documents (N:N), on MRV2 (``scores_on_mrv2``); V1 gives the
     same scores and request counts. One engine per runner for all calls."""
-    query, docs = sts.first[0], sts.second[:8]
-    pair_queries, pair_docs = sts.first[1:3], sts.second[8:10]
-    calls = [(query, docs[:1]), (query, docs), (pair_queries, pair_docs)]
-    with vllm_runner(colbert, "default") as llm:
-        tokens = token_embed(llm, [query] + docs)
-        on_mrv2 = [score_call(llm, q, d) for q, d in calls]
+    calls = [(sts.first[0], sts.second[:1]), (sts.first[0], sts.second[:8]), (sts.first[1:3], sts.second[8:10])]
+    on_mrv2 = scores_on_mrv2(colbert, calls)
+    assert [(len(scores), counts["cache_query"]) for scores, counts in on_mrv2] == [(1, 1), (8, 1), (2, 2)]
     with vllm_runner(colbert, "v1") as llm:
         on_v1 = [score_call(llm, q, d) for q, d in calls]
-    ref = colbert_reference(colbert, [query] + docs)
-    for got, want in zip(tokens, ref, strict=True):
-        assert got.shape == want.shape and want.shape[1] == 32
-        np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
-    pair_ref = colbert_reference(colbert, pair_queries + pair_docs)
-    expected = [([maxsim(ref[0], ref[1])], 1),
-                ([maxsim(ref[0], d) for d in ref[1:]], 1),
-                ([maxsim(pair_ref[0], pair_ref[2]), maxsim(pair_ref[1], pair_ref[3])], 2)]
-    for (scores, counts, state), (want, n_queries) in zip(on_mrv2, expected, strict=True):
-        np.testing.assert_allclose(scores, want, rtol=0, atol=TOL)
-        assert counts == {"cache_query": n_queries, "score_doc": len(want)}
-        assert state == {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
-    for (v1_scores, v1_counts, _), (scores, counts, _) in zip(on_v1, on_mrv2, strict=True):
+    for (v1_scores, v1_counts, _), (scores, counts) in zip(on_v1, on_mrv2, strict=True):
         np.testing.assert_allclose(v1_scores, scores, rtol=0, atol=TOL)
         assert v1_counts == counts
 
@@ -97,7 +89,7 @@ def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_mod
     """The other ColBERT backbone buildable small (patch 0005 changed where
     every backbone builds its projection): starts with ``dim`` declared,
     token embeddings and scores match transformers on MRV2."""
-    scores, counts = scores_on_mrv2(colbert_modernbert, sts.first[1], sts.second[:4])
+    ((scores, counts),) = scores_on_mrv2(colbert_modernbert, [(sts.first[1], sts.second[:4])])
     assert (len(scores), counts) == (4, {"cache_query": 1, "score_doc": 4})
 
 
