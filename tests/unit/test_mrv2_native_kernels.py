@@ -14,7 +14,9 @@ the process), and reached through MRV2's own wrappers and state classes
 (``input_batch.prepare_prefill_inputs``, ``BlockTables.gather_block_tables``,
 ``StagedWriteTensor.apply_write``, ...), so each implementation gets the
 launch arguments and grid MRV2 gives its kernel. After every operation every
-buffer of both copies is compared exactly.
+buffer of both copies is compared exactly. The steps' sizes straddle
+``FEW_PROGRAMS``, so both paths of the native functions (per program, and
+vectorised) run.
 
 Layouts: one KV-cache group, two groups of different block sizes (the
 fused multi-group staged writes, as sliding-window plus full attention
@@ -74,7 +76,7 @@ else:
     import vllm.v1.worker.cpu.shm  # noqa: F401
     from vllm.triton_utils import HAS_TRITON
     from vllm.triton_utils.dispatcher import KernelOverride
-    from vllm.v1.worker.cpu.input_preparation import KERNEL_OVERRIDES
+    from vllm.v1.worker.cpu.input_preparation import FEW_PROGRAMS, KERNEL_OVERRIDES
     from vllm.v1.worker.gpu import input_batch as ib
     from vllm.v1.worker.gpu.block_table import BlockTables
     from vllm.v1.worker.gpu.states import RequestState
@@ -198,6 +200,7 @@ else:
         prefill = {}  # req_id -> prefill length
         next_id = 0
         kinds = set()
+        batch_sizes, write_counts = set(), set()
         for step in range(STEPS):
             for req_id in sorted(prefill):
                 if rng.random() < 0.2:
@@ -205,7 +208,9 @@ else:
                         s.rs.remove_request(req_id)
                     del prefill[req_id]
             free = MAX_REQS - len(prefill)
-            for _ in range(int(rng.integers(0, min(free, 10) + 1))):
+            added = int(rng.integers(0, min(free, 12) + 1))
+            write_counts.add(added)
+            for _ in range(added):
                 req_id = f"r{next_id}"
                 next_id += 1
                 length = int(rng.choice([1, 2, 7, 40, 120, int(rng.integers(1, MAX_LEN - 40))]))
@@ -263,6 +268,7 @@ else:
                 logits.append(n_logits)
                 kinds.add("prefill" if left > 0 else "decode")
             n = len(idx)
+            batch_sizes.add(n)
             idx_mapping = torch.tensor(idx, dtype=torch.int64)
             qsl = np.zeros(MAX_REQS + 1, dtype=np.int32)
             np.cumsum(lens, out=qsl[1 : n + 1])
@@ -276,6 +282,10 @@ else:
                        has_prefill)
             assert_same(*sides, f"step {step}")
         assert {"prefill"} <= kinds  # the random steps did prefill chunks
+        # both paths of the native functions ran: per program (steps of few requests, few
+        # staged writes) and vectorised
+        assert min(batch_sizes) <= FEW_PROGRAMS < max(batch_sizes), sorted(batch_sizes)
+        assert min(write_counts) <= FEW_PROGRAMS < max(write_counts), sorted(write_counts)
 
     def _override(name):
         module_name, attr = name.rsplit(".", 1)
