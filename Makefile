@@ -57,7 +57,7 @@ help:
 	@echo "make fetch        the pinned base wheels (cpu and cuda) and bundled packages into the download cache, sha256 verified"
 	@echo "make apply        vllm/ = the line's base + series: the maintainer's working tree (keeps edits: refresh them first)"
 	@echo "make tree         $(LINE_BUILD)/vllm = the line's base + series: the tree its jobs and tests import"
-	@echo "make lint         ruff on scripts/, tests/, setup.py; patches/, the line's series, numbers, DEP-3 headers,"
+	@echo "make lint         ruff on scripts/, tests/, setup.py; then for every line: patches/, its series, numbers, DEP-3 headers,"
 	@echo "                  mapped tests on upstream's names, strict apply to both flavors"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
@@ -113,9 +113,11 @@ apply: env
 tree: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR) --out $(LINE_BUILD)/vllm
 
+# Every line's series, not only LINE's: a change to the tooling can break a line nobody built.
 lint: env
 	$(PY) -m ruff check scripts tests setup.py
-	$(PY) -m scripts.series lint
+	@for line in $$($(PYTHON) -m scripts.series.lines list); do \
+		$(PY) -m scripts.series --line $$line lint || exit 1; done
 
 # The build's file-by-file output goes to .build/logs/wheel-<flavor>.log (its tail
 # is shown when it fails).
