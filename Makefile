@@ -45,7 +45,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree lint wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree lint lint-line wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -117,7 +117,12 @@ tree: env
 lint: env
 	$(PY) -m ruff check scripts tests setup.py
 	@for line in $$($(PYTHON) -m scripts.series.lines list); do \
-		$(PY) -m scripts.series --line $$line lint || exit 1; done
+		$(MAKE) --no-print-directory LINE=$$line VENV=.venv-$$line lint-line || exit 1; done
+
+# One line's series lint; its tests map is collected by pytest with the line's own venv
+# and applied tree (the tests import the vllm of their line).
+lint-line: env tree
+	$(LINE_RUN) $(PY) -m scripts.series lint
 
 # The build's file-by-file output goes to .build/logs/wheel-<flavor>.log (its tail
 # is shown when it fails).

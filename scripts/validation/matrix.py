@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from scripts.common.environ import environ
 from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
-                                       quiet_vllm, vllm_runner)
+                                       quiet_vllm, runner_in_use, vllm_runner)
 from scripts.validation.matrix_real import REAL, ROW_IDS
 from scripts.validation.matrix_rows import CASES, Case, inputs
 from scripts.validation.matrix_tasks import max_abs_error
@@ -126,7 +126,9 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
                 raise RuntimeError(setup_error)
             with environ(**own_process), vllm_runner(model, "default" if runner == case.default_runner else "v1",
                                                      want=runner, **{**ENGINE_DEFAULTS, **case.engine}) as llm:
-                ran, prep = runner, input_preparation(llm) if runner == "MRV2" else None
+                # what the worker built, asked of it (vllm_runner asserted it is ``runner``)
+                ran = runner_in_use(llm)
+                prep = input_preparation(llm) if ran == "MRV2" else None
                 default_task = llm.pooling_task
                 for t in case.tasks:
                     try:
@@ -158,15 +160,14 @@ def run_row(row_id: str) -> Row:
     task, metric, tol, reference, measure = REAL[check_id]
     start, start_cpu = time.perf_counter(), cpu_time()
     value, reason = None, None
+    ran = None
     try:
-        value = float(measure(runner))
+        value, ran = measure(runner)
         ok = value >= tol if metric == "min cosine" else value <= tol
         reason = None if ok else f"{metric} {value:.3g} outside tolerance {tol:g}"
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    # the measures assert the runner before measuring: a value means it ran
-    ran = runner if value is not None else None
     return Row(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, ran,
                None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
                reason is None, time.perf_counter() - start, reason, None, cpu_time() - start_cpu)

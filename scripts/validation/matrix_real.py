@@ -11,36 +11,40 @@ import os
 
 from scripts.common.environ import environ
 from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner, close_llm,
-                                       embed, engine_env, forward, l2_normalize, rowwise_cosine, st_embed,
-                                       vllm_runner)
+                                       embed, engine_env, forward, l2_normalize, rowwise_cosine, runner_in_use,
+                                       st_embed, vllm_runner)
 from scripts.validation.matrix_tasks import max_abs_error
 from scripts.validation.models import minilm_path, sts_test
 
 
-def minilm_embed(runner: str) -> float:
+def minilm_embed(runner: str) -> tuple[float, str]:
     """min cosine of the engine's embeddings of STS-B test with sentence-transformers'
-    (``runner``: ``"MRV2"`` or ``"V1"``, asserted)."""
+    (``runner``: ``"MRV2"`` or ``"V1"``, asserted), and the runner the worker built
+    (``runner_in_use``)."""
     sentences = sts_test().sentences
     with vllm_runner(minilm_path(), RUNNER_CHOICE[runner], want=runner) as llm:
-        got = embed(llm, sentences)[0]
-    return float(rowwise_cosine(got, st_embed(minilm_path(), sentences)).min())
+        got, ran = embed(llm, sentences)[0], runner_in_use(llm)
+    return float(rowwise_cosine(got, st_embed(minilm_path(), sentences)).min()), ran
 
 
-def minilm_token_embed(runner: str) -> float:
+def minilm_token_embed(runner: str) -> tuple[float, str]:
     """max abs error of the engine's token embeddings of 128 STS-B sentences
-    against transformers' last hidden states, normalised per token."""
+    against transformers' last hidden states, normalised per token, and the
+    runner the worker built."""
     sentences = sts_test().sentences[:128]
     with vllm_runner(minilm_path(), RUNNER_CHOICE[runner], want=runner,
                      pooler_config={"task": "token_embed"}) as llm:
         got = [o.outputs.data.float().numpy()
                for o in llm.encode(sentences, pooling_task="token_embed", use_tqdm=False)]
-    return max_abs_error(got, [l2_normalize(h) for h in forward(minilm_path(), sentences)])
+        ran = runner_in_use(llm)
+    return max_abs_error(got, [l2_normalize(h) for h in forward(minilm_path(), sentences)]), ran
 
 
-def mteb_sts(runner: str) -> float:
+def mteb_sts(runner: str) -> tuple[float, str]:
     """|main score (cosine Spearman) of the engine - that of sentence-transformers|
-    on STS-B test, both through ``mteb.evaluate``. The engine is the one mteb's
-    ``VllmEncoderWrapper`` opens (asserted to run ``runner``)."""
+    on STS-B test, both through ``mteb.evaluate``, and the runner the worker
+    built. The engine is the one mteb's ``VllmEncoderWrapper`` opens (asserted to
+    run ``runner``)."""
     import mteb
     from mteb.models.vllm_wrapper import VllmEncoderWrapper
 
@@ -54,11 +58,12 @@ def mteb_sts(runner: str) -> float:
                                          trust_remote_code=False)
         try:
             assert_runner(wrapper.llm, runner)
+            ran = runner_in_use(wrapper.llm)
             score = mteb.evaluate(wrapper, local_sts_task(), cache=None,
                                   show_progress_bar=False).task_results[0].get_score()
         finally:
             close_llm(wrapper.llm)
-    return abs(score - reference)
+    return abs(score - reference), ran
 
 
 @functools.cache

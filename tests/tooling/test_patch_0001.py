@@ -4,7 +4,10 @@ without a Triton backend; other values of the variable change nothing.
 
 The mapped tests (the line's tests.toml) ask only ``HAS_TRITON``, which every
 release has, in a fresh interpreter (vLLM decides it at import): a release
-that counts the interpreter as a backend passes them.
+that counts the interpreter as a backend passes them. The interpreter tests
+run where Triton has no usable backend whatever the machine holds: the child
+empties Triton's backend registry before vLLM reads it (``NO_BACKEND``), as on
+a CPU without triton-cpu.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 import pytest
 
 PROBE = "import vllm; from vllm.triton_utils import HAS_TRITON; print('PROBE', HAS_TRITON, vllm.__file__)"
+# Triton installed without a backend it can use (no triton-cpu, no GPU driver)
+NO_BACKEND = "import triton.backends; triton.backends.backends.clear(); "
 
 
 def probe(code: str = PROBE, **env_overrides) -> list[str]:
@@ -32,12 +37,16 @@ def probe(code: str = PROBE, **env_overrides) -> list[str]:
     return fields[:-1]
 
 
+def test_without_a_backend_triton_is_unavailable():
+    assert probe(NO_BACKEND + PROBE) == ["False"]
+
+
 def test_interpreter_makes_triton_available():
-    assert probe(TRITON_INTERPRET="1") == ["True"]
+    assert probe(NO_BACKEND + PROBE, TRITON_INTERPRET="1") == ["True"]
 
 
 def test_other_values_change_nothing():
-    assert probe(TRITON_INTERPRET="0") == probe()
+    assert probe(NO_BACKEND + PROBE, TRITON_INTERPRET="0") == ["False"]
 
 
 def has_gpu() -> bool:

@@ -8,6 +8,9 @@ preparation (``collective_rpc``), as a real worker does."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from scripts.validation.engine import assert_runner, expected_input_preparation
@@ -46,8 +49,32 @@ def test_a_row_whose_engine_assertion_failed_fails_the_job():
     assert check([row(), failed]) == ["tiny-qwen3 (MRV2 requested): boom"]
 
 
-def test_mrv2_with_this_machines_input_preparation_passes_the_assertion():
-    assert_runner(Engine(MRV2_CLASS, expected_input_preparation()), "MRV2")
+def test_input_preparation_expected_from_the_interpreter_variable(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert expected_input_preparation() == "triton-interpreter"
+
+
+def test_input_preparation_expected_without_a_triton_backend(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "triton.backends", types.SimpleNamespace(backends={"nvidia": object()}))
+    assert expected_input_preparation() == "native"
+
+
+def test_input_preparation_expected_with_triton_cpu(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "triton.backends", types.SimpleNamespace(backends={"cpu": object()}))
+    assert expected_input_preparation() == "triton"
+
+
+def test_mrv2_with_the_expected_input_preparation_passes_the_assertion(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # expected: Triton's interpreter, on any machine
+    assert assert_runner(Engine(MRV2_CLASS, "triton-interpreter"), "MRV2") is None
 
 
 def test_v1_where_mrv2_is_expected_fails_the_assertion():
@@ -55,8 +82,7 @@ def test_v1_where_mrv2_is_expected_fails_the_assertion():
         assert_runner(Engine(V1_CLASS, "native"), "MRV2")
 
 
-def test_other_input_preparation_fails_the_assertion():
-    expected = expected_input_preparation()
-    other = "triton-interpreter" if expected != "triton-interpreter" else "native"
-    with pytest.raises(AssertionError, match=f"^MRV2 prepared inputs with {other}, {expected} expected$"):
-        assert_runner(Engine(MRV2_CLASS, other), "MRV2")
+def test_other_input_preparation_fails_the_assertion(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(AssertionError, match="^MRV2 prepared inputs with native, triton-interpreter expected$"):
+        assert_runner(Engine(MRV2_CLASS, "native"), "MRV2")
