@@ -59,6 +59,7 @@ help:
 	@echo "make tree         $(LINE_BUILD)/vllm = the line's base + series: the tree its jobs and tests import"
 	@echo "make lint         ruff on scripts/, tests/, setup.py; then for every line: patches/, its series, numbers, DEP-3 headers,"
 	@echo "                  mapped tests on upstream's names, strict apply to both flavors"
+	@echo "make lint-line    one line's part of make lint (LINE=), its tests map collected with the line's venv and tree"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
