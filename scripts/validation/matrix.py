@@ -29,41 +29,19 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 
 from scripts.common.environ import environ
 from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
                                        quiet_vllm, runner_in_use, vllm_runner)
+from scripts.validation import matrix_report
 from scripts.validation.matrix_real import REAL, ROW_IDS
+from scripts.validation.matrix_report import Row
 from scripts.validation.matrix_rows import CASES, Case, inputs
 from scripts.validation.matrix_tasks import max_abs_error
 from scripts.validation.models import MODELS
 
 # Small models: a 64 MiB KV cache instead of 30% of the node (allocating that is most of a start-up)
 ENGINE_DEFAULTS = {"kv_cache_memory_bytes": 64 << 20}
-
-
-@dataclass
-class Row:
-    """One result: an (architecture, task, runner) of a case, or a real-weight / MTEB check."""
-
-    id: str
-    family: str
-    architecture: str
-    task: str
-    runner: str
-    ran: str | None  # the runner the worker really built
-    input_preparation: str | None  # MRV2's: native / triton / triton-interpreter
-    prep: str  # how the inputs were prepared
-    reference: str
-    metric: str
-    value: float | None
-    tolerance: float
-    passed: bool
-    seconds: float
-    reason: str | None = None
-    known_fault: str | None = None
-    cpu_seconds: float | None = None  # CPU time (this process and its reaped children), per row
 
 
 def cpu_time() -> float:
@@ -175,7 +153,6 @@ def run_row(row_id: str) -> Row:
 
 def main(argv=None) -> int:
     """The ``make matrix`` command line (see the module's docstring); the exit status."""
-    from scripts.validation import matrix_report
 
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="comma-separated case ids (default: all)")

@@ -10,16 +10,38 @@ import platform
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from scripts.common import reports
 from scripts.common.paths import REPORTS
 from scripts.validation.inventory import Entry, inventory, registry_pooling, selector_verdict
-from scripts.validation.matrix import Row
 from scripts.validation.matrix_real import REAL
 from scripts.validation.matrix_rows import CASES, FAMILIES
 from scripts.validation.models import MODELS
 from scripts.validation.selector_cases import SELECTOR_CASES
+
+@dataclass
+class Row:
+    """One result: an (architecture, task, runner) of a case, or a real-weight / MTEB check."""
+
+    id: str
+    family: str
+    architecture: str
+    task: str
+    runner: str
+    ran: str | None  # the runner the worker really built
+    input_preparation: str | None  # MRV2's: native / triton / triton-interpreter
+    prep: str  # how the inputs were prepared
+    reference: str
+    metric: str
+    value: float | None
+    tolerance: float
+    passed: bool
+    seconds: float
+    reason: str | None = None
+    known_fault: str | None = None
+    cpu_seconds: float | None = None  # CPU time (this process and its reaped children), per row
+
 
 SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from scripts.validation.matrix import Row
+from scripts.validation.matrix_report import Row
 from scripts.validation.matrix_report import write
 
 
