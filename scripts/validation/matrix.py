@@ -31,9 +31,9 @@ import time
 import traceback
 
 from scripts.common.environ import environ
+from scripts.validation import matrix_report
 from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
                                        quiet_vllm, runner_in_use, vllm_runner)
-from scripts.validation import matrix_report
 from scripts.validation.matrix_real import REAL, ROW_IDS
 from scripts.validation.matrix_report import Row
 from scripts.validation.matrix_rows import CASES, Case, inputs
@@ -153,7 +153,6 @@ def run_row(row_id: str) -> Row:
 
 def main(argv=None) -> int:
     """The ``make matrix`` command line (see the module's docstring); the exit status."""
-
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", help="comma-separated case ids (default: all)")
     parser.add_argument("--rows", help="comma-separated real-weight/MTEB row ids (default: all)")

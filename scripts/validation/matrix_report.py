@@ -1,4 +1,4 @@
-"""Reports of the validation matrix: ``reports/matrix.md`` (what a reviewer
+"""The validation matrix's results (``Row``) and reports: ``reports/matrix.md`` (what a reviewer
 reads: counts, failures, rows grouped by family, the inventory),
 ``reports/matrix.json`` and ``reports/matrix-junit.xml`` (one test case per
 row), and the runner-selection rows of ``scripts/validation/selector_cases.py``."""
@@ -19,6 +19,7 @@ from scripts.validation.matrix_real import REAL
 from scripts.validation.matrix_rows import CASES, FAMILIES
 from scripts.validation.models import MODELS
 from scripts.validation.selector_cases import SELECTOR_CASES
+
 
 @dataclass
 class Row:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from scripts.validation.matrix_report import Row
-from scripts.validation.matrix_report import write
+from scripts.validation.matrix_report import Row, write
 
 
 def row(row_id, value, passed, family="encoders"):

@@ -200,6 +200,7 @@ else:
         prefill = {}  # req_id -> prefill length
         next_id = 0
         kinds = set()
+        few_kinds = set()  # entry kinds of non-empty steps that take the per-program path
         batch_sizes, write_counts = set(), set()
         for step in range(STEPS):
             for req_id in sorted(prefill):
@@ -248,7 +249,10 @@ else:
             if step == 3:
                 order = []  # a step with no request of this state (e.g. all aborted)
             rng.shuffle(order)
+            if step == STEPS - 1:  # a small last step, when most requests are past their prompt
+                order = order[:FEW_PROGRAMS // 2]
             idx, lens, logits, has_prefill = [], [], [], False
+            step_kinds = set()
             budget = MAX_TOKENS - 8
             for req_id in order:
                 slot = triton_side.rs.req_id_to_index[req_id]
@@ -266,9 +270,12 @@ else:
                 idx.append(slot)
                 lens.append(q)
                 logits.append(n_logits)
-                kinds.add("prefill" if left > 0 else "decode")
+                step_kinds.add("prefill" if left > 0 else "decode")
             n = len(idx)
+            kinds |= step_kinds
             batch_sizes.add(n)
+            if 0 < n <= FEW_PROGRAMS:
+                few_kinds |= step_kinds
             idx_mapping = torch.tensor(idx, dtype=torch.int64)
             qsl = np.zeros(MAX_REQS + 1, dtype=np.int32)
             np.cumsum(lens, out=qsl[1 : n + 1])
@@ -284,8 +291,10 @@ else:
         assert {"prefill"} <= kinds  # the random steps did prefill chunks
         # both paths of the native functions ran: per program (steps of few requests, few
         # staged writes) and vectorised
-        assert min(batch_sizes) <= FEW_PROGRAMS < max(batch_sizes), sorted(batch_sizes)
-        assert min(write_counts) <= FEW_PROGRAMS < max(write_counts), sorted(write_counts)
+        # (empty steps and steps without new requests launch nothing: not counted)
+        assert min(batch_sizes - {0}) <= FEW_PROGRAMS < max(batch_sizes), sorted(batch_sizes)
+        assert min(write_counts - {0}) <= FEW_PROGRAMS < max(write_counts), sorted(write_counts)
+        assert few_kinds == {"prefill", "decode"}, few_kinds
 
     def _override(name):
         module_name, attr = name.rsplit(".", 1)
