@@ -21,6 +21,12 @@ from scripts.series.lines import (PATCHES_ROOT, Line, LineError, get_line, line_
 
 DEP3_REQUIRED = ("Description", "Author", "Last-Update")
 DEP3_ONE_OF = ("Origin", "Forwarded")
+# DEP-3's Description: a short summary on the field's own line (the whole
+# "Description: ..." line under 80 characters), then what the change is, why
+# and where upstream stands, kept short: how it was found goes to the
+# changelog or the commit message.
+DESCRIPTION_LINE_MAX = 79
+DESCRIPTION_MAX_LINES = 25
 # Written by apply for the distribution version, never by a patch.
 GENERATED = ("_version.py",)
 
@@ -101,8 +107,10 @@ def lint(patches_dir: Path | None = None) -> list[str]:
     (``lint_numbers``), DEP-3 headers without Description, Author,
     Last-Update and one of Origin/Forwarded or whose fields contradict each
     other (``_dep3_problems``), headers naming commands or files that do not
-    exist, and ``tests.toml`` keys that name no patch. Empty when the series
-    is clean."""
+    exist, Descriptions whose summary line is 80 characters or longer or
+    that run past ``DESCRIPTION_MAX_LINES`` lines (``_description_problems``),
+    and ``tests.toml`` keys that name no patch. Empty when the series is
+    clean."""
     patches_dir = line_dir(patches_dir)
     problems = []
     names = read_series(patches_dir / "series")
@@ -135,6 +143,7 @@ def lint(patches_dir: Path | None = None) -> list[str]:
             problems.append(f"{name}: Last-Update must be a date, YYYY-MM-DD")
         if not any(k in fields for k in DEP3_ONE_OF):
             problems.append(f"{name}: DEP-3 header needs Origin or Forwarded")
+        problems += _description_problems(name, patch.header, fields)
         problems += _dep3_problems(name, fields, base_version)
         problems += [f"{name}: {p}" for p in header_reference_problems(patch.header)]
         headers[name] = fields
@@ -218,6 +227,32 @@ _UPSTREAM_ORIGIN = re.compile(rf"(upstream|backport)(,\s*{_URL})?")
 _UPSTREAM_CHANGE = re.compile(r"https://github\.com/vllm-project/vllm/(?:pull|commit)/\S+")
 
 
+def _description_problems(name: str, header: str, fields: dict[str, str]) -> list[str]:
+    """DEP-3's Description: its first line, the ``Description:`` line itself
+    (or git format-patch's ``Subject:`` without one), is a short summary of
+    at most ``DESCRIPTION_LINE_MAX`` characters, and the whole field (summary
+    and continuation lines) at most ``DESCRIPTION_MAX_LINES`` lines."""
+    description = fields.get("Description", "")
+    if not description.strip():
+        return []  # lint reports the missing field
+    problems = []
+    key = "Description" if re.search(r"(?m)^Description:", header) else "Subject"
+    first = re.search(rf"(?m)^{key}:.*$", header)
+    if not description.split("\n", 1)[0].strip():
+        problems.append(f"{name}: the Description's first line is empty: DEP-3's first line is a short summary "
+                        "('Description: <summary>'), the lines after it say more")
+    elif first is not None and len(first.group(0)) > DESCRIPTION_LINE_MAX:
+        problems.append(f"{name}: the {key} line is {len(first.group(0))} characters: DEP-3's first line is a "
+                        f"short summary, the whole '{key}: ...' line at most {DESCRIPTION_LINE_MAX}; say the "
+                        "rest in the lines after it")
+    lines = len(description.split("\n"))
+    if lines > DESCRIPTION_MAX_LINES:
+        problems.append(f"{name}: the Description runs to {lines} lines, more than {DESCRIPTION_MAX_LINES}: say what "
+                        "the change is, why and where upstream stands; how it was found goes to the changelog or "
+                        "the commit message")
+    return problems
+
+
 def _dep3_problems(name: str, fields: dict[str, str], base_version: str | None = None) -> list[str]:
     """DEP-3 as Debian means it, its fields agreeing with each other:
     ``Forwarded`` is ``no``, ``not-needed`` or a URL; ``not-needed`` only for
@@ -227,7 +262,9 @@ def _dep3_problems(name: str, fields: dict[str, str], base_version: str | None =
     (``Applied-Upstream``) was not left unforwarded (``Forwarded: no``);
     ``Applied-Upstream`` is a release newer than the line's base, optionally
     with a URL or commit; a reimplementation of an upstream change says
-    ``Origin: backport, <its URL>``."""
+    ``Origin: backport, <its URL>``, a change taken from upstream
+    ``Origin: upstream, <its URL>``, and neither is ``Forwarded: no`` (the
+    change is upstream's: nothing to forward)."""
     problems = []
     forwarded = fields.get("Forwarded", "").strip()
     origin = fields.get("Origin", "").split("\n")[0].strip()
@@ -247,6 +284,13 @@ def _dep3_problems(name: str, fields: dict[str, str], base_version: str | None =
     if origin.startswith("backport") and not re.fullmatch(rf"backport,\s*{_URL}", origin):
         problems.append(f"{name}: 'Origin: backport' names the upstream change it reimplements: "
                         "'Origin: backport, <PR URL>'")
+    if re.match(r"upstream\b", origin) and not re.fullmatch(rf"upstream,\s*{_URL}", origin):
+        problems.append(f"{name}: 'Origin: upstream' names the upstream change it takes: "
+                        "'Origin: upstream, <commit or PR URL>'")
+    kind = re.match(r"(upstream|backport)\b", origin)
+    if kind and forwarded == "no":
+        problems.append(f"{name}: 'Origin: {kind.group(1)}' with 'Forwarded: no': the change is upstream's, so "
+                        "there is nothing to forward: 'Forwarded: not-needed'")
     m = re.fullmatch(rf"(\w+),\s*({_URL})", origin)
     if m and m.group(1) not in ("backport", "upstream") and _UPSTREAM_CHANGE.fullmatch(m.group(2)):
         problems.append(f"{name}: Origin {origin!r} names an upstream change: a reimplementation of it says "
@@ -266,11 +310,12 @@ def _dep3_problems(name: str, fields: dict[str, str], base_version: str | None =
 
 
 def _same_upstream_change_problems(headers: dict[str, dict[str, str]]) -> list[str]:
-    """Patches reimplementing one upstream change (the same URL in ``Origin:
-    backport, <URL>``) agree on Forwarded and Applied-Upstream."""
+    """Patches taking or reimplementing one upstream change (the same URL in
+    ``Origin: upstream, <URL>`` or ``Origin: backport, <URL>``) agree on
+    Forwarded and Applied-Upstream."""
     by_change: dict[str, list[str]] = {}
     for name, fields in headers.items():
-        m = re.fullmatch(rf"backport,\s*({_URL})", fields.get("Origin", "").split("\n")[0].strip())
+        m = re.fullmatch(rf"(?:upstream|backport),\s*({_URL})", fields.get("Origin", "").split("\n")[0].strip())
         if m:
             by_change.setdefault(m.group(1), []).append(name)
     problems = []
@@ -278,7 +323,7 @@ def _same_upstream_change_problems(headers: dict[str, dict[str, str]]) -> list[s
         for key in ("Forwarded", "Applied-Upstream"):
             values = {headers[n].get(key, "").strip() for n in names}
             if len(values) > 1:
-                problems.append(f"{', '.join(names)}: reimplement {url} but disagree on {key} "
+                problems.append(f"{', '.join(names)}: take or reimplement {url} but disagree on {key} "
                                 f"({' / '.join(sorted(v or '(none)' for v in values))})")
     return problems
 

@@ -1,7 +1,8 @@
 """Docs true to the code: ``make help`` has a line for every Makefile target,
-``docs/layout.md`` names every module under ``scripts/`` and no other, and
+``docs/layout.md`` names every module under ``scripts/`` and no other,
 every ``python -m scripts.X`` command and every ``scripts/...py`` path written
-in README.md and ``docs/*.md`` names a module that exists."""
+in README.md and ``docs/*.md`` names a module that exists, and so does every
+command and file the patch headers of every line name."""
 
 from __future__ import annotations
 
@@ -57,9 +58,11 @@ def written_in_docs(pattern: str) -> dict[str, set[str]]:
 
 def runnable(module: str) -> bool:
     """``python -m module`` has something to run: ``scripts/a/b.py`` or a
-    package ``scripts/a/b/`` with ``__main__.py``."""
-    path = REPO.joinpath(*module.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__main__.py").is_file()
+    package ``scripts/a/b/`` with ``__main__.py`` (the rule series lint holds
+    patch headers to)."""
+    from scripts.series.patchfile import runnable_module
+
+    return runnable_module(module, REPO)
 
 
 def test_documented_commands_name_modules_that_exist():
@@ -77,6 +80,27 @@ def test_documented_script_paths_exist():
     written = written_in_docs(r"\b(scripts/[\w/]+\.py)\b")
     assert "scripts/bench/pool_overhead.py" in written  # the scan finds what the docs write
     assert {name: sorted(files) for name, files in written.items() if not (REPO / name).is_file()} == {}
+
+
+def test_patch_headers_name_commands_and_files_that_exist():
+    """The DEP-3 header of every patch file of every line (patches/*/*.patch)
+    names only ``python -m scripts...`` commands that run and
+    ``scripts/...py`` / ``tests/...py`` files that exist: series lint's
+    check (``header_reference_problems``), run here too so that moving or
+    removing a module fails the docs check as it does for the pages."""
+    from scripts.series.lines import line_names
+    from scripts.series.patchfile import Patch, header_reference_problems
+
+    patches = sorted((REPO / "patches").glob("*/*.patch"))
+    # every line's patches are scanned (so an empty scan cannot pass)
+    assert {p.parent.name for p in patches} == set(line_names())
+    problems = {p.relative_to(REPO).as_posix(): header_reference_problems(Patch.read(p).header, REPO)
+                for p in patches}
+    assert {name: found for name, found in problems.items() if found} == {}
+    # the check itself finds a removed command and a missing file in a header
+    assert header_reference_problems("Description: x\n run python -m scripts.gone and tests/unit/test_gone.py\n",
+                                     REPO) == ["names the command 'python -m scripts.gone', which does not exist",
+                                               "names tests/unit/test_gone.py, which does not exist"]
 
 
 def restated_facts() -> dict[str, str]:

@@ -275,10 +275,73 @@ def test_lint_refuses_dep3_fields_that_contradict_each_other(patches_dir):
         f"0002-b.patch: Origin 'other, {pr}' names an upstream change: a reimplementation of it says "
         f"'Origin: backport, {pr}'",
         "0003-c.patch: 'Origin: backport' names the upstream change it reimplements: 'Origin: backport, <PR URL>'",
+        "0003-c.patch: 'Origin: backport' with 'Forwarded: no': the change is upstream's, so there is nothing to "
+        "forward: 'Forwarded: not-needed'",
         "0006-f.patch: Applied-Upstream 0.25.0 is not newer than the line's base 0.26.0: a patch the base "
         "carries has nothing to change",
-        f"0004-d.patch, 0005-e.patch: reimplement {pr} but disagree on Applied-Upstream "
+        f"0004-d.patch, 0005-e.patch: take or reimplement {pr} but disagree on Applied-Upstream "
         f"(0.27.0, {pr} / 0.28.0, {pr})",
+    ]
+
+
+def test_lint_refuses_origin_and_forwarded_that_disagree(patches_dir):
+    """A change taken from upstream (Origin: upstream) names it by URL, as a
+    reimplementation (Origin: backport) does; neither is 'Forwarded: no'
+    (upstream has it); patches naming one upstream change in Origin agree on
+    Forwarded and Applied-Upstream. A vendor change sent upstream is fine."""
+    pr, other = "https://github.com/vllm-project/vllm/pull/50574", "https://github.com/vllm-project/vllm/pull/48290"
+    (patches_dir / "base.toml").write_text('[base]\nversion = "0.26.0"\n')
+    cases = {
+        "0001-a.patch": (f"upstream, {pr}", f"Forwarded: not-needed\nApplied-Upstream: 0.27.0, {pr}"),
+        "0002-b.patch": ("upstream", "Forwarded: not-needed"),
+        "0003-c.patch": (f"backport, {other}", "Forwarded: no"),
+        "0004-d.patch": (f"upstream, {other}", "Forwarded: not-needed"),
+        "0005-e.patch": (f"backport, {pr}", f"Forwarded: not-needed\nApplied-Upstream: 0.28.0, {pr}"),
+        "0006-f.patch": ("vendor", f"Forwarded: {pr}"),
+    }
+    write_headers(patches_dir, {name: forwarded for name, (_, forwarded) in cases.items()})
+    for name, (origin, _) in cases.items():
+        path = patches_dir / name
+        path.write_text(path.read_text().replace("Origin: vendor", f"Origin: {origin}"))
+    assert lint(patches_dir) == [
+        "0002-b.patch: 'Origin: upstream' names the upstream change it takes: 'Origin: upstream, <commit or PR URL>'",
+        "0003-c.patch: 'Origin: backport' with 'Forwarded: no': the change is upstream's, so there is nothing to "
+        "forward: 'Forwarded: not-needed'",
+        f"0003-c.patch, 0004-d.patch: take or reimplement {other} but disagree on Forwarded (no / not-needed)",
+        f"0001-a.patch, 0005-e.patch: take or reimplement {pr} but disagree on Applied-Upstream "
+        f"(0.27.0, {pr} / 0.28.0, {pr})",
+    ]
+    path = patches_dir / "0004-d.patch"
+    path.write_text(path.read_text().replace("Forwarded: not-needed", "Forwarded: no"))
+    assert "0004-d.patch: 'Origin: upstream' with 'Forwarded: no': the change is upstream's, so there is nothing " \
+        "to forward: 'Forwarded: not-needed'" in lint(patches_dir)
+
+
+def test_lint_holds_descriptions_to_dep3_form(patches_dir):
+    """DEP-3's Description: a summary line (the whole 'Description: ...'
+    line) under 80 characters, then at most DESCRIPTION_MAX_LINES lines in
+    all; a first line left empty is refused."""
+    from scripts.series.patchfile import DESCRIPTION_MAX_LINES
+
+    body = "".join(f"\n line {i}" for i in range(1, DESCRIPTION_MAX_LINES))  # the summary and 24 more
+    write_headers(patches_dir, dict.fromkeys(["0001-a.patch", "0002-b.patch", "0003-c.patch", "0004-d.patch"],
+                                             "Forwarded: no"))
+    descriptions = {
+        "0001-a.patch": "Description: " + "s" * (79 - len("Description: ")) + body,  # 79 characters, 25 lines
+        "0002-b.patch": "Description: " + "s" * (80 - len("Description: ")),
+        "0003-c.patch": "Description: summary" + body + "\n .\n one line too many",
+        "0004-d.patch": "Description:\n the summary on the next line",
+    }
+    for name, description in descriptions.items():
+        path = patches_dir / name
+        path.write_text(path.read_text().replace(f"Description: {name}", description))
+    assert lint(patches_dir) == [
+        "0002-b.patch: the Description line is 80 characters: DEP-3's first line is a short summary, the whole "
+        "'Description: ...' line at most 79; say the rest in the lines after it",
+        "0003-c.patch: the Description runs to 27 lines, more than 25: say what the change is, why and where "
+        "upstream stands; how it was found goes to the changelog or the commit message",
+        "0004-d.patch: the Description's first line is empty: DEP-3's first line is a short summary "
+        "('Description: <summary>'), the lines after it say more",
     ]
 
 
