@@ -16,8 +16,8 @@ counts in ``_update_states``), left out on both sides:
   as MRV2's CPU runner (``vllm/v1/worker/cpu/model_runner.py``) runs it
   (``PoolingRunner.pool``: pooling metadata from CPU-side state, the pooler,
   late-interaction post-processing; then ``ModelRunnerOutput`` with the
-  output handed over by the CPU runner's hand-off: ``cpu_pooling_output`` on
-  the 0.26.0 line, ``CPUModelRunner.async_pooling_output_cls`` on later lines);
+  output handed over by the CPU runner's hand-off,
+  ``CPUModelRunner.async_pooling_output_cls``);
 - V1: ``GPUModelRunner._pool`` of ``vllm/v1/worker/gpu_model_runner.py``
   (``InputBatch.get_pooling_metadata``, the cursor, the pooler, the finished
   mask, late-interaction post-processing, ``ModelRunnerOutput`` and the copy

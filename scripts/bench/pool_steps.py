@@ -111,8 +111,6 @@ def mrv2_step(step: dict):
     import torch
 
     # MRV2's CPU runner (GPUModelRunner with the CPU's output hand-off): what runs here.
-    import vllm.v1.worker.gpu.model_runner as gpu_model_runner
-    from vllm.v1.worker.cpu import model_runner as cpu_model_runner
     from vllm.v1.worker.cpu.model_runner import CPUModelRunner
     from vllm.v1.worker.gpu.pool.pooling_runner import PoolingRunner
 
@@ -145,12 +143,8 @@ def mrv2_step(step: dict):
         main_stream=torch.cuda.current_stream(), output_copy_stream=torch.cuda.Stream(),
         postprocess_num_computed_tokens=lambda batch: None,  # device-side, not pooling
         eplb=SimpleNamespace(step=lambda **kwargs: None))
-    # the CPU runner's hand-off: a class attribute of the runner on the 0.32.0 line (0009);
-    # on the 0.26.0 line the CPU runner puts it in place of the module's AsyncPoolingOutput
-    if hasattr(CPUModelRunner, "async_pooling_output_cls"):
-        fake.async_pooling_output_cls = CPUModelRunner.async_pooling_output_cls
-    else:
-        gpu_model_runner.AsyncPoolingOutput = cpu_model_runner.cpu_pooling_output
+    # the CPU runner's hand-off: a class attribute of the runner (0009)
+    fake.async_pooling_output_cls = CPUModelRunner.async_pooling_output_cls
     hidden = step["hidden"]
 
     def run():

@@ -65,7 +65,9 @@ def lint_line(line: str | None = None, collect: bool = True) -> list[str]:
     ``patches/`` itself (``lint_layout``), the line's series (``lint``), its
     tests map with every node id collected (``collect``) and reaching the
     behaviour through names the line's unpatched base defines
-    (``scripts.series.testmap``)."""
+    (``scripts.series.testmap``), and the base's formatting kept in every
+    file the series touches (``scripts.series.formatting``)."""
+    from scripts.series.formatting import lint_formatting
     from scripts.series.testmap import lint_mapped_imports
 
     base = load_base(line)
@@ -73,6 +75,7 @@ def lint_line(line: str | None = None, collect: bool = True) -> list[str]:
     problems += lint(base.dir)
     problems += lint_tests_map(read_series(base.dir / "series"), base.dir / "tests.toml", collect=collect)
     problems += lint_mapped_imports(base)
+    problems += lint_formatting(base)
     return problems
 
 

@@ -109,9 +109,9 @@ def input_preparation_kind(worker) -> str:
     """Runs in the worker: how its MRV2 runner prepares step inputs —
     ``"native"`` (patch 0008's native CPU kernels, no usable Triton),
     ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
-    ``"triton"`` (compiled Triton kernels). On the 0.26.0 line the native
-    kernels say whether they are installed (``input_preparation.installed``);
-    from 0.32.0 on they are kernel overrides registered with upstream's
+    ``"triton"`` (compiled Triton kernels). On the 0.26.0 line the runner's
+    class attributes say it (``block_tables_cls``: ``NativeBlockTables``);
+    from 0.32.0 on the native kernels are overrides registered with upstream's
     dispatcher (``KERNEL_OVERRIDES``), installed when every kernel they name
     is a ``KernelOverride`` in the worker."""
     import importlib
@@ -119,8 +119,8 @@ def input_preparation_kind(worker) -> str:
     from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
     from vllm.v1.worker.cpu import input_preparation
 
-    if hasattr(input_preparation, "installed"):
-        native = input_preparation.installed()
+    if hasattr(input_preparation, "NativeBlockTables"):
+        native = issubclass(worker.model_runner.block_tables_cls, input_preparation.NativeBlockTables)
     else:
         from vllm.triton_utils.dispatcher import KernelOverride
 

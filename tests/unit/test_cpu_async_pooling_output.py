@@ -1,5 +1,5 @@
-"""Patch 0009 on the 0.32.0 line: MRV2's CPU runner hands a step's pooler
-output over without ``AsyncPoolingOutput``'s streams and events.
+"""Patch 0009: MRV2's CPU runner hands a step's pooler output over without
+``AsyncPoolingOutput``'s streams and events.
 
 ``GPUModelRunner.pool`` builds the hand-off from the runner's class attribute
 ``async_pooling_output_cls`` (``AsyncPoolingOutput``); ``CPUModelRunner``
@@ -20,10 +20,6 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
-
-# The 0.32.0 line's port of 0009 is this runner class attribute; the 0.26.0 line's swaps
-# a function into the GPU runner's module (tests/unit/test_cpu_pooling_output.py).
-pytestmark = pytest.mark.line("0.32.0")
 
 EMB = torch.arange(12, dtype=torch.float32).reshape(3, 4)
 TOKENS = [torch.ones(2, 4), None, torch.full((5, 4), 3.0)]  # one tensor per request, or none

@@ -2,19 +2,20 @@
 
 This process is what a CPU without triton-cpu runs: ``HAS_TRITON`` is false
 and MRV2's ``@triton.jit`` kernels are plain functions (``TritonPlaceholder``),
-so a launch of any kernel without an override, ``kernel[grid](...)``, raises
-``TypeError: 'function' object is not subscriptable``. The CPU platform
-registers its overrides as the worker does
-(``CpuPlatform.register_triton_kernel_overrides``); then the tests drive
-MRV2's own state classes and kernel wrappers through the calls of a pooling
-step, in the runner's order (``GPUModelRunner.add_requests``,
+so a launch of any Triton kernel, ``kernel[grid](...)``, raises
+``TypeError: 'function' object is not subscriptable``. The tests drive what
+MRV2's CPU runner prepares a pooling step with (``cpu_step_api``: on the
+0.26.0 line the runner's class attributes, set by patch 0008 to native state
+classes and functions; from 0.31.0 on MRV2's own, whose launches upstream's
+kernel dispatcher sends to the overrides the CPU platform registers, as the
+worker does) through the calls of a pooling step, in the runner's order (``GPUModelRunner.add_requests``,
 ``update_requests``, ``prepare_inputs``, ``prepare_attn``,
 ``postprocess_num_computed_tokens``), for an encoder-only model (no KV-cache
 group), a decoder (one group, a chunked prompt and a prefix-cache hit) and a
 decoder with sliding-window and full-attention layers (two groups: the fused
 staged writes). Each step's buffers are checked against values computed
-here by hand; every other launched MRV2 kernel must belong to a feature
-such a step leaves out.
+here by hand. On the 0.32.0 line every other launched MRV2 kernel must
+belong to a feature such a step leaves out.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import pytest
 import torch
 
 import vllm.v1.worker.cpu.shm  # noqa: F401  (the CPU worker's buffers)
-from vllm.platforms.cpu import CpuPlatform
+from scripts.series.lines import get_line
 from vllm.triton_utils import HAS_TRITON
+from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 from vllm.v1.worker.gpu import input_batch as ib
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.states import RequestState
 
 # The kernel dispatcher (vllm/triton_utils/dispatcher.py) is upstream's from 0.31.0: the
-# 0.32.0 line's 0008 registers its native kernels there (0.26.0's: test_native_kernels.py).
-pytestmark = pytest.mark.line("0.32.0")
+# 0.32.0 line's 0008 registers its native kernels there; the 0.26.0 line's 0008 sets them
+# as the CPU runner's class attributes.
+ON_DISPATCHER = pytest.mark.line("0.32.0")
 
 MAX_REQS, MAX_LEN, MAX_TOKENS = 8, 64, 32
 
@@ -70,11 +73,43 @@ def kernel_overrides() -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def overrides_registered():
-    """The CPU platform's overrides, registered as a CPU worker registers them
-    when it starts (``WorkerWrapperBase``); they stay for the process, as after
-    any in-process engine."""
+    """On the 0.32.0 line, the CPU platform's overrides, registered as a CPU
+    worker registers them when it starts (``WorkerWrapperBase``); they stay
+    for the process, as after any in-process engine."""
     assert not HAS_TRITON, "this test is about a CPU without a Triton backend"
-    CpuPlatform.register_triton_kernel_overrides()
+    if get_line().name != "0.26.0":
+        from vllm.platforms.cpu import CpuPlatform
+
+        CpuPlatform.register_triton_kernel_overrides()
+
+
+def cpu_step_api():
+    """What MRV2's CPU runner prepares a pooling step with here: ``(request
+    state class, block tables class, namespace of prepare_prefill_inputs,
+    prepare_pos_seq_lens, combine_sampled_and_draft_tokens,
+    post_update_num_computed_tokens)``. On the 0.26.0 line the runner's class
+    attributes (``GPUModelRunner.request_state_cls``, ``block_tables_cls`` and
+    the four functions); on the 0.32.0 line MRV2's own classes and
+    ``input_batch``'s functions (the runner sets none of its own)."""
+    if get_line().name == "0.26.0":
+        return CPUModelRunner.request_state_cls, CPUModelRunner.block_tables_cls, CPUModelRunner
+    assert not hasattr(CPUModelRunner, "request_state_cls")
+    return RequestState, BlockTables, ib
+
+
+@pytest.mark.line("0.26.0")
+def test_cpu_runner_sets_native_input_preparation_without_triton():
+    from vllm.v1.worker.cpu import input_preparation as native
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    assert GPUModelRunner.request_state_cls is RequestState
+    assert GPUModelRunner.block_tables_cls is BlockTables
+    assert CPUModelRunner.request_state_cls is native.NativeRequestState
+    assert CPUModelRunner.block_tables_cls is native.NativeBlockTables
+    for name in ("prepare_prefill_inputs", "prepare_pos_seq_lens",
+                 "combine_sampled_and_draft_tokens", "post_update_num_computed_tokens"):
+        assert getattr(GPUModelRunner, name) is getattr(ib, name)
+        assert getattr(CPUModelRunner, name) is getattr(native, name)
 
 
 def _triton_kernels() -> dict[str, bool]:
@@ -95,6 +130,7 @@ def _triton_kernels() -> dict[str, bool]:
     return found
 
 
+@ON_DISPATCHER
 def test_every_override_is_an_mrv2_kernel_and_registered():
     from vllm.triton_utils.dispatcher import KernelOverride
 
@@ -106,6 +142,7 @@ def test_every_override_is_an_mrv2_kernel_and_registered():
         assert isinstance(getattr(importlib.import_module(module_name), attr), KernelOverride)
 
 
+@ON_DISPATCHER
 def test_every_other_mrv2_kernel_is_off_the_pooling_path():
     """A launched MRV2 kernel that is neither native nor of a feature the
     pooling steps without Triton leave out (a new kernel of a later release,
@@ -120,9 +157,12 @@ def test_every_other_mrv2_kernel_is_off_the_pooling_path():
 
 
 def _state(block_sizes):
-    rs = RequestState(MAX_REQS, MAX_LEN, MAX_TOKENS, 0, 1000, torch.device("cpu"))
-    bt = BlockTables(block_sizes, MAX_REQS, MAX_TOKENS,
-                     [MAX_LEN // bs for bs in block_sizes], torch.device("cpu"))
+    request_state_cls, block_tables_cls, _ = cpu_step_api()
+    rs = request_state_cls(MAX_REQS, MAX_LEN, MAX_TOKENS, 0, 1000, torch.device("cpu"))
+    # 0.26.0's BlockTables takes the attention kernels' block sizes too (here the same)
+    extra = {"kernel_block_sizes": block_sizes} if get_line().name == "0.26.0" else {}
+    bt = block_tables_cls(block_sizes, MAX_REQS, MAX_TOKENS,
+                          [MAX_LEN // bs for bs in block_sizes], torch.device("cpu"), **extra)
     return rs, bt
 
 
@@ -138,15 +178,16 @@ def _step(rs, bt, schedule):
     input_ids = torch.zeros(MAX_TOKENS, dtype=torch.int32)
     positions = torch.zeros(MAX_TOKENS, dtype=torch.int64)
     seq_lens = torch.full((MAX_REQS,), 99, dtype=torch.int32)
-    ib.prepare_prefill_inputs(input_ids, rs.next_prefill_tokens, idx, query_start_loc,
-                              rs.all_token_ids.gpu, rs.prefill_len.gpu, rs.num_computed_tokens.gpu)
-    ib.prepare_pos_seq_lens(idx, query_start_loc, rs.num_computed_tokens.gpu, positions, seq_lens)
-    logits_indices = ib.combine_sampled_and_draft_tokens(
+    kernels = cpu_step_api()[2]
+    kernels.prepare_prefill_inputs(input_ids, rs.next_prefill_tokens, idx, query_start_loc,
+                                   rs.all_token_ids.gpu, rs.prefill_len.gpu, rs.num_computed_tokens.gpu)
+    kernels.prepare_pos_seq_lens(idx, query_start_loc, rs.num_computed_tokens.gpu, positions, seq_lens)
+    logits_indices = kernels.combine_sampled_and_draft_tokens(
         input_ids, idx, rs.last_sampled_tokens, query_start_loc, seq_lens[:n],
         rs.prefill_len.gpu, rs.draft_tokens, torch.arange(n + 1, dtype=torch.int32), n)
     tables = bt.gather_block_tables(idx, num_reqs_padded=n)
     slots = bt.compute_slot_mappings(idx, query_start_loc, positions, num_tokens_padded=int(qsl[n]))
-    ib.post_update_num_computed_tokens(idx, rs.num_computed_tokens.gpu, query_start_loc)
+    kernels.post_update_num_computed_tokens(idx, rs.num_computed_tokens.gpu, query_start_loc)
     t = int(qsl[n])
     return dict(input_ids=input_ids[:t].tolist(), positions=positions[:t].tolist(),
                 seq_lens=seq_lens.tolist(), logits_indices=logits_indices.tolist(),
@@ -188,7 +229,9 @@ def test_decoder_pooling_steps_chunked_and_prefix_cached(block_sizes):
     assert out["positions"] == [4, 5] + list(range(16))
     assert out["seq_lens"][:2] == [6, 16] and set(out["seq_lens"][2:]) == {0}
     assert out["logits_indices"] == [1, 17]
-    assert rs.next_prefill_tokens[0, slots["long"]].item() == long[16]
+    # [max_num_reqs] on 0.26.0, [rows, max_num_reqs] later: row 0 either way
+    next_prefill = rs.next_prefill_tokens.reshape(-1, MAX_REQS)[0]
+    assert next_prefill[slots["long"]].item() == long[16]
     for g, bs in enumerate(block_sizes):
         assert out["tables"][g][0][:2] == blocks["cached"]
         assert out["tables"][g][1][:5] == blocks["long"]

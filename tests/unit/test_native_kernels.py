@@ -5,11 +5,13 @@ Two copies of MRV2's per-request state (``RequestState``, ``BlockTables``, the
 input buffers) go through the same random steps: requests added with mixed
 prompt lengths (some resumed past their prompt), removed, given new blocks,
 scheduled in chunks and in random batch order, decode entries with draft
-tokens. One copy runs the Triton kernels, the other the native functions of
-``vllm/v1/worker/cpu/input_preparation.py``, installed around its calls with
-``install()`` as the CPU runner installs them, and reached through the
-wrappers' own names (what MRV2 calls). After every step every buffer is
-compared exactly (``torch.testing.assert_close`` with rtol = atol = 0).
+tokens. One copy is MRV2's own (``RequestState``, ``BlockTables`` and
+``input_batch``'s kernel wrappers: Triton kernels), the other what the CPU
+runner sets in their place where Triton has no backend
+(``vllm/v1/worker/cpu/input_preparation.py``: ``NativeRequestState``,
+``NativeBlockTables`` and its four input-batch functions). After every step
+every buffer is compared exactly (``torch.testing.assert_close`` with rtol =
+atol = 0).
 
 The Triton side needs Triton: on a CPU that is its interpreter, which vLLM
 only takes into account at import (``HAS_TRITON``). So when this process runs
@@ -24,9 +26,9 @@ import os
 import numpy as np
 import pytest
 
-# install() puts the native functions in place of MRV2's kernel wrappers: the 0.26.0 line's
-# 0008; upstream launches kernels through its dispatcher from 0.31.0, where the 0.32.0 line
-# registers them (tests/unit/test_mrv2_native_kernels.py).
+# The native state classes and functions the CPU runner sets as its class attributes: the
+# 0.26.0 line's 0008; upstream launches kernels through its dispatcher from 0.31.0, where the
+# 0.32.0 line registers them (tests/unit/test_mrv2_native_kernels.py).
 pytestmark = pytest.mark.line("0.26.0")
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -70,57 +72,46 @@ else:
 
         assert HAS_TRITON
         assert isinstance(_prepare_prefill_inputs_kernel, InterpretedFunction)
-        assert not input_preparation.installed()
 
     class Side:
         """One copy of the state MRV2 prepares a step's inputs from."""
 
         def __init__(self, native: bool, block_sizes, kernel_block_sizes, cp, drafts):
-            self.native = native
-            self.rs = RequestState(MAX_REQS, MAX_LEN, MAX_TOKENS, drafts, 1000, DEVICE)
+            # the input-batch functions: input_batch.py's or their native counterparts
+            self.kernels = input_preparation if native else ib
+            request_state_cls = input_preparation.NativeRequestState if native else RequestState
+            block_tables_cls = input_preparation.NativeBlockTables if native else BlockTables
+            self.rs = request_state_cls(MAX_REQS, MAX_LEN, MAX_TOKENS, drafts, 1000, DEVICE)
             cp_size, cp_rank, cp_interleave = cp
             blocks = [-(-MAX_LEN // (bs * cp_size)) for bs in block_sizes]
-            self.bt = BlockTables(block_sizes, MAX_REQS, MAX_TOKENS, blocks, DEVICE,
-                                  kernel_block_sizes, cp_size, cp_rank, cp_interleave)
+            self.bt = block_tables_cls(block_sizes, MAX_REQS, MAX_TOKENS, blocks, DEVICE,
+                                       kernel_block_sizes, cp_size, cp_rank, cp_interleave)
             self.input_ids = torch.zeros(MAX_TOKENS, dtype=torch.int32)
             self.positions = torch.zeros(MAX_TOKENS, dtype=torch.int64)
             self.seq_lens = torch.zeros(MAX_REQS, dtype=torch.int32)
             self.logits_indices = None
 
-        def run(self, call):
-            """``call()`` on this side's input preparation: the native
-            implementations installed (as the CPU runner installs them), or
-            the Triton kernels. ``call`` looks the wrappers up when it runs."""
-            if not self.native:
-                return call()
-            input_preparation.install()
-            try:
-                return call()
-            finally:
-                input_preparation.uninstall()
-
         def apply_staged_writes(self):
-            self.run(lambda: self.rs.apply_staged_writes())
-            self.run(lambda: self.bt.apply_staged_writes())
+            self.rs.apply_staged_writes()
+            self.bt.apply_staged_writes()
 
         def step(self, idx_mapping, query_start_loc, cu_num_logits, num_logits, pad):
-            rs, n = self.rs, idx_mapping.shape[0]
-            self.run(lambda: ib.prepare_prefill_inputs(
+            rs, n, k = self.rs, idx_mapping.shape[0], self.kernels
+            k.prepare_prefill_inputs(
                 self.input_ids, rs.next_prefill_tokens, idx_mapping, query_start_loc,
-                rs.all_token_ids.gpu, rs.prefill_len.gpu, rs.num_computed_tokens.gpu))
-            self.run(lambda: ib.prepare_pos_seq_lens(
+                rs.all_token_ids.gpu, rs.prefill_len.gpu, rs.num_computed_tokens.gpu)
+            k.prepare_pos_seq_lens(
                 idx_mapping, query_start_loc, rs.num_computed_tokens.gpu, self.positions,
-                self.seq_lens))
-            self.logits_indices = self.run(lambda: ib.combine_sampled_and_draft_tokens(
+                self.seq_lens)
+            self.logits_indices = k.combine_sampled_and_draft_tokens(
                 self.input_ids, idx_mapping, rs.last_sampled_tokens, query_start_loc,
                 self.seq_lens[: n + pad], rs.prefill_len.gpu, rs.draft_tokens, cu_num_logits,
-                num_logits))
-            self.run(lambda: self.bt.gather_block_tables(idx_mapping, num_reqs_padded=n + pad))
+                num_logits)
+            self.bt.gather_block_tables(idx_mapping, num_reqs_padded=n + pad)
             num_tokens = int(query_start_loc[n])
-            self.run(lambda: self.bt.compute_slot_mappings(
-                idx_mapping, query_start_loc, self.positions, num_tokens_padded=num_tokens))
-            self.run(lambda: ib.post_update_num_computed_tokens(
-                idx_mapping, rs.num_computed_tokens.gpu, query_start_loc))
+            self.bt.compute_slot_mappings(
+                idx_mapping, query_start_loc, self.positions, num_tokens_padded=num_tokens)
+            k.post_update_num_computed_tokens(idx_mapping, rs.num_computed_tokens.gpu, query_start_loc)
 
         def buffers(self) -> dict:
             rs, bt = self.rs, self.bt

@@ -1,0 +1,76 @@
+"""The series keeps its base's formatting: every Python file a line's series
+touches is formatted as upstream formats it (``ruff format``, upstream's line
+length of 88) when the base's version of the file is, and every file the
+series adds is. ``python -m scripts.series lint`` reports the files that are
+not, with the patches that change them."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from scripts.series.base import Base, fetch
+from scripts.series.patchfile import Patch, read_series
+from scripts.series.tree import apply_patch, run_git
+
+# vLLM's pyproject.toml: [tool.ruff] line-length = 88, ruff format's defaults
+# otherwise. --isolated: our own pyproject's settings are not upstream's.
+RUFF_FORMAT = ["format", "--isolated", "--line-length", "88"]
+
+
+def touched_files(patches_dir: Path) -> dict[str, list[str]]:
+    """The files the series of ``patches_dir`` changes or adds (paths
+    relative to the tree's root, e.g. ``vllm/config/vllm.py``), each with the
+    names of the patches that change it, in series order."""
+    touched: dict[str, list[str]] = {}
+    for name in read_series(patches_dir / "series"):
+        for path in re.findall(r"^diff --git a/(\S+) b/", Patch.read(patches_dir / name).diff, re.M):
+            touched.setdefault(path, []).append(name)
+    return touched
+
+
+def _unformatted(root: Path, paths: list[str]) -> set[str]:
+    """The ``paths`` under ``root`` that ``ruff format`` would change."""
+    if not paths:
+        return set()
+    proc = subprocess.run([sys.executable, "-m", "ruff", *RUFF_FORMAT, "--check", "--output-format", "concise", *paths],
+                          cwd=root, capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"ruff format --check failed to run: {proc.stderr.strip()}")
+    return set(re.findall(r"^(\S+?):\d+:\d+: unformatted:", proc.stdout, re.M))
+
+
+def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "cpu") -> list[str]:
+    """Python files of the series that ``ruff format`` (``RUFF_FORMAT``) would
+    reformat although the base's version passes it (or the series adds them),
+    one problem each naming the file, the patches that change it and the fix.
+
+    ``patches_dir`` is the line's directory (``base.dir`` by default). Builds
+    a scratch tree of just those files: the base wheel's versions (``fetch``,
+    cached), then the whole series applied with ``git apply``. Raises
+    ``PatchDoesNotApply`` if the series does not apply."""
+    patches_dir = Path(patches_dir) if patches_dir is not None else base.dir
+    touched = {p: names for p, names in touched_files(patches_dir).items() if p.endswith(".py")}
+    wheel = fetch(base.artifact(flavor))
+    with tempfile.TemporaryDirectory(prefix="series-format-") as tmp:
+        root = Path(tmp)
+        run_git(["init", "-q"], cwd=root)
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+            in_base = [p for p in touched if p in names]
+            for path in in_base:
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                (root / path).write_bytes(zf.read(path))
+        formatted_on_base = set(in_base) - _unformatted(root, in_base)
+        for name in read_series(patches_dir / "series"):
+            apply_patch(patches_dir / name, root)
+        checked = [p for p in touched if (root / p).exists() and (p in formatted_on_base or p not in names)]
+        bad = _unformatted(root, checked)
+    return [f"{path}: `ruff {' '.join(RUFF_FORMAT)}` would reformat it as the series leaves it "
+            f"({'added by' if path not in names else 'the base passes; changed by'} {', '.join(touched[path])}): "
+            f"run that command on the file in the applied tree and refresh the patch"
+            for path in sorted(bad)]
