@@ -173,7 +173,7 @@ def run(args: argparse.Namespace, started: float) -> int:
     from scripts.bench.report import report
     from scripts.bench.sections import (PEERS, Lineup, bench_colbert, bench_embed, bench_overhead,
                                         bench_token_embed, worker_threads)
-    from scripts.validation.models import sts_test
+    from scripts.validation.checkpoints.models import sts_test
 
     sections, engines = args.sections, args.engines
     sentences = sts_test().sentences[: args.limit]

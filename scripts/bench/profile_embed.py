@@ -83,7 +83,7 @@ def profile_engine(name: str, sentences: list[str], rate: int, tmp: str, engine_
     """Both passes (``passes``) for engine configuration ``name`` on MiniLM
     (``engine_kwargs`` go to ``LLM``), ``torch.profiler`` in its worker;
     ``info``: what its worker ran (``scripts.bench.engines.engine``)."""
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     with engine(name, minilm_path(), **engine_kwargs) as (llm, info):
         r = passes(lambda items: llm.embed(items, use_tqdm=False), sentences, rate, os.path.join(tmp, f"{name}.raw"),
@@ -97,7 +97,7 @@ def profile_st(sentences: list[str], rate: int, tmp: str, threads: int) -> dict:
     (``threads`` torch threads, ``batch_size=64``: as ``make bench``)."""
     import torch
 
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     model = st_model(minilm_path(), threads)
     r = passes(lambda items: model.encode(items, batch_size=64, convert_to_numpy=True), sentences, rate,
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The profiles of ``main``'s arguments ``args``; 0."""
-    from scripts.validation.models import minilm_path, sts_test
+    from scripts.validation.checkpoints.models import minilm_path, sts_test
 
     sentences = sts_test().sentences[: args.limit]
     engine_kwargs = {}

@@ -254,7 +254,7 @@ def bench_embed(sentences: list[str], reps: int, bar, lineup: Lineup, threads_li
     worker's fp32 matmul rate and each system's achieved TFLOP/s
     (``flops``); ratios, and MRV2's ratio to the fastest peer
     (``versus_fastest_peer``)."""
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     model = minilm_path()
     counts = token_counts(model, sentences)
@@ -306,7 +306,7 @@ def bench_token_embed(sentences: list[str], reps: int, bar, lineup: Lineup, engi
     its own process, ``threads`` threads; a warm-up on the first
     ``warmup_n`` sentences, ``reps`` interleaved rounds; per system
     ``runs`` (``summarise``), ``memory``, ``idle_cpu_per_s``, ``ratios``."""
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     model = minilm_path()
     counts = token_counts(model, sentences)
@@ -354,7 +354,7 @@ def bench_colbert(sentences: list[str], doc_counts: list[int], reps: int, bar, l
     seconds per call for each N, query encodings and documents scored per
     call (counted in the worker), growth with N (``fit_growth``)."""
     from scripts.bench.engines import TINY_COLBERT
-    from scripts.validation.models import make_tiny_colbert
+    from scripts.validation.checkpoints.zoo import make_tiny_colbert
 
     model = make_tiny_colbert(TINY_COLBERT)
     query, docs = sentences[0], sentences[1:]

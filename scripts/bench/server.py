@@ -7,7 +7,7 @@
    engine (``InfinityServer``, its own venv); upstream's own client, ``vllm bench
    serve --backend openai-embeddings`` (``/v1/embeddings``), sends 2,000
    requests of mixed lengths made of STS-B sentences
-   (``scripts.validation.models.mixed_length_texts``, a ``custom`` dataset) from 64
+   (``scripts.validation.checkpoints.models.mixed_length_texts``, a ``custom`` dataset) from 64
    concurrent clients, as fast as the server takes them. One warm-up run
    each, then ``reps`` rounds alternating the servers (the order rotating);
    median requests/s, p50/p99 end-to-end latency, CPU seconds per 1,000
@@ -186,7 +186,7 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
     (``proctree.peak_rss``); medians and ``load_ratios``. A server that
     fails to start is recorded (``{"error": ...}``) and left out."""
     from scripts.bench import proctree
-    from scripts.validation.models import minilm_path, mixed_length_texts
+    from scripts.validation.checkpoints.models import minilm_path, mixed_length_texts
     texts = mixed_length_texts(sentences, requests)
     servers = vllm_servers(minilm_path(), lines)
     result = {"model": "all-MiniLM-L6-v2", "requests": requests, "concurrency": concurrency,
@@ -264,7 +264,7 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
     were not 200, and the worker's late-interaction state at the end."""
     import requests as http
 
-    from scripts.validation.models import make_tiny_colbert
+    from scripts.validation.checkpoints.zoo import make_tiny_colbert
 
     model = make_tiny_colbert(TINY_COLBERT)
     rng = random.Random(0)

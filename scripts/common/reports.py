@@ -1,7 +1,7 @@
 """The one reports writer of the jobs (smoke, matrix, drift, bench, GPU smoke):
 Markdown, JSON and JUnit XML files under ``reports/`` (``scripts.common.paths.REPORTS``).
 
-A job builds its results, describes them as JUnit test cases (``Case``) and
+A job builds its results, describes them as JUnit test cases (``JUnitCase``) and
 hands every file to ``write_reports``; the file's suffix says how it is written.
 """
 
@@ -18,7 +18,7 @@ OUTCOMES = ("passed", "failure", "skipped", "error")
 
 
 @dataclass
-class Case:
+class JUnitCase:
     """One JUnit ``testcase``: ``outcome`` one of ``OUTCOMES``; ``message``
     goes into the failure/skipped/error element's attribute, ``detail`` into
     its text, ``output`` into ``system-out``. ``seconds``: wall time."""
@@ -41,7 +41,7 @@ class Suite:
     """One JUnit ``testsuite`` of ``cases``."""
 
     name: str
-    cases: list[Case] = field(default_factory=list)
+    cases: list[JUnitCase] = field(default_factory=list)
 
 
 def junit(suites: list[Suite], name: str | None = None) -> ET.ElementTree:

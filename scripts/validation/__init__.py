@@ -1,3 +1,4 @@
-"""Validation: engines on a chosen runner (``engine``), transformers references,
-checkpoints made at run time (``models``, ``zoo``), the HF-comparison matrix,
-the smoke jobs and the ``vllm serve`` harness."""
+"""Validation: engines on a chosen runner (``engine``), transformers references
+(``references``), the checkpoints made at run time (the ``checkpoints``
+package), the HF-comparison matrix (the ``matrix`` package), the smoke jobs,
+upstream's pooling tests on a line and the ``vllm serve`` harness."""

@@ -50,7 +50,7 @@ from typing import Any, Callable
 from scripts.common import reports
 from scripts.common.paths import REPO, REPORTS
 from scripts.series.base import load_base
-from scripts.validation.models import MODELS
+from scripts.validation.checkpoints.models import MODELS
 
 SKIPPED = 77
 NOT_SET_UP = 2
@@ -74,7 +74,7 @@ def find_gpu() -> tuple[bool, str]:
 
 
 @dataclass
-class Row:
+class GpuSmokeRow:
     """One case on one runner and dtype: the metric against the reference,
     throughput (``unit``), the CUDA-graph mode the runner resolved."""
 
@@ -95,7 +95,7 @@ class Row:
 
 
 @dataclass(frozen=True)
-class Case:
+class GpuSmokeCase:
     """``inputs(limit)`` -> the call's inputs; ``call(llm, inputs)`` -> outputs
     (float32 array: [N, d] vectors or [N] scores); ``reference(model, inputs)``
     -> the same from transformers; ``count(inputs)`` -> items for throughput."""
@@ -112,7 +112,7 @@ class Case:
 
 
 def _pairs(limit):
-    from scripts.validation.models import sts_test
+    from scripts.validation.checkpoints.models import sts_test
 
     pairs = sts_test()
     n = limit or len(pairs.first)
@@ -142,30 +142,31 @@ def _colbert_scores(llm, pairs):
 def _colbert_reference(model, pairs):
     import numpy as np
 
-    from scripts.validation.engine import maxsim
-    from scripts.validation.models import colbert_reference
+    from scripts.validation.references import colbert_tokens, maxsim
 
-    query, *docs = colbert_reference(model, [pairs.first[0]] + pairs.second)
+    query, *docs = colbert_tokens(model, [pairs.first[0]] + pairs.second)
     return np.asarray([maxsim(query, d) for d in docs], dtype=np.float32)
 
 
-def _cases() -> dict[str, Case]:
-    from scripts.validation import engine, models
+def _cases() -> dict[str, GpuSmokeCase]:
+    from scripts.validation import engine
+    from scripts.validation.checkpoints import models, zoo
 
     return {c.name: c for c in [
-        Case("embed", "all-MiniLM-L6-v2", "sentences/s", "vectors", models.minilm_path, _pairs,
-             _embed_call, lambda m, p: engine.st_embed(m, p.sentences), lambda p: len(p.sentences)),
-        Case("cross-encoder", "tiny BertForSequenceClassification (random, 1 label)", "pairs/s", "scores",
-             lambda: models.make_tiny_bert(MODELS / "tiny-cross-encoder", "seq_cls", num_labels=1,
-                                           classifier_scale=50.0),
-             _pairs, _pair_scores, lambda m, p: engine.hf_pair_scores(m, p.first, p.second),
-             lambda p: len(p.first)),
-        Case("colbert", "tiny HF_ColBERT (random)", "docs/s", "scores",
-             lambda: models.make_tiny_colbert(MODELS / "tiny-hf-colbert"), _pairs, _colbert_scores,
-             _colbert_reference, lambda p: len(p.second)),
-        Case("qwen3-embed", "tiny Qwen3 (random)", "sentences/s", "vectors",
-             lambda: models.make_tiny_qwen3(MODELS / "tiny-qwen3"), _pairs, _embed_call,
-             lambda m, p: engine.hf_last_token_embed(m, p.sentences), lambda p: len(p.sentences)),
+        GpuSmokeCase("embed", "all-MiniLM-L6-v2", "sentences/s", "vectors", models.minilm_path, _pairs,
+                     _embed_call, lambda m, p: engine.st_embed(m, p.sentences), lambda p: len(p.sentences)),
+        GpuSmokeCase("cross-encoder", "tiny BertForSequenceClassification (random, 1 label)", "pairs/s",
+                     "scores",
+                     lambda: zoo.make_tiny_bert(MODELS / "tiny-cross-encoder", "seq_cls", num_labels=1,
+                                                classifier_scale=50.0),
+                     _pairs, _pair_scores, lambda m, p: engine.hf_pair_scores(m, p.first, p.second),
+                     lambda p: len(p.first)),
+        GpuSmokeCase("colbert", "tiny HF_ColBERT (random)", "docs/s", "scores",
+                     lambda: zoo.make_tiny_colbert(MODELS / "tiny-hf-colbert"), _pairs, _colbert_scores,
+                     _colbert_reference, lambda p: len(p.second)),
+        GpuSmokeCase("qwen3-embed", "tiny Qwen3 (random)", "sentences/s", "vectors",
+                     lambda: zoo.make_tiny_qwen3(MODELS / "tiny-qwen3"), _pairs, _embed_call,
+                     lambda m, p: engine.hf_last_token_embed(m, p.sentences), lambda p: len(p.sentences)),
     ]}
 
 
@@ -188,14 +189,14 @@ def compare(kind: str, dtype: str, got, ref) -> tuple[str, float, float, bool]:
     return "cosine (centred scores)", value, MIN_COSINE_BF16, value >= MIN_COSINE_BF16
 
 
-def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Row:
+def run_row(case: GpuSmokeCase, model: Path, inputs, ref, runner: str, dtype: str) -> GpuSmokeRow:
     """One case on one runner (``"MRV2"``, vLLM's default, or ``"V1"``) and
     dtype, on an engine opened by ``vllm_runner`` (the runner asserted; MRV2
     must also have captured CUDA graphs); never raises (a row that cannot run
     fails with its reason)."""
     from scripts.validation.engine import GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, cudagraph_mode, vllm_runner
 
-    row = Row(case.name, case.model, runner, dtype, "", 0.0, unit=case.unit)
+    row = GpuSmokeRow(case.name, case.model, runner, dtype, "", 0.0, unit=case.unit)
     start = time.perf_counter()
     try:
         with vllm_runner(model, RUNNER_CHOICE[runner], want=runner, dtype=dtype, enforce_eager=False,
@@ -219,7 +220,7 @@ def run_row(case: Case, model: Path, inputs, ref, runner: str, dtype: str) -> Ro
     return row
 
 
-def _spearman(row: Row, got, ref, pairs, gate: bool) -> None:
+def _spearman(row: GpuSmokeRow, got, ref, pairs, gate: bool) -> None:
     from scripts.validation.engine import sts_spearman
 
     n = len(pairs.first)
@@ -252,14 +253,14 @@ def check_installation() -> str | None:
     return None
 
 
-def write_reports(out: Path, rows: list[Row], status: str, note: str) -> None:
+def write_reports(out: Path, rows: list[GpuSmokeRow], status: str, note: str) -> None:
     """``gpu-smoke.json``, ``gpu-smoke.md`` and ``gpu-smoke-junit.xml`` in
     ``out``: JUnit has one test case a row (class ``gpu-smoke.<case>``, named
     ``<runner>-<dtype>``); a skipped job is one skipped test case."""
-    cases = [reports.Case(f"gpu-smoke.{r.case}", f"{r.runner}-{r.dtype}", "passed" if r.passed else "failure",
-                          message=r.reason or "failed", seconds=r.seconds) for r in rows]
+    cases = [reports.JUnitCase(f"gpu-smoke.{r.case}", f"{r.runner}-{r.dtype}", "passed" if r.passed else "failure",
+                               message=r.reason or "failed", seconds=r.seconds) for r in rows]
     if status == "skipped":
-        cases.insert(0, reports.Case("gpu-smoke", "gpu-smoke", "skipped", message=note))
+        cases.insert(0, reports.JUnitCase("gpu-smoke", "gpu-smoke", "skipped", message=note))
     reports.write_reports({
         "gpu-smoke.json": {"status": status, "note": note, "series": load_base().dist_version,
                            "rows": [asdict(r) for r in rows]},
@@ -267,7 +268,7 @@ def write_reports(out: Path, rows: list[Row], status: str, note: str) -> None:
         "gpu-smoke-junit.xml": reports.junit([reports.Suite("gpu-smoke", cases)])}, out)
 
 
-def markdown(rows: list[Row]) -> str:
+def markdown(rows: list[GpuSmokeRow]) -> str:
     """The Markdown table of the rows (also printed)."""
     lines = ["| case | runner | dtype | CUDA graphs | metric | value | bound | throughput | STS-B Spearman | result |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

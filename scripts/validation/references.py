@@ -34,7 +34,7 @@ def _load(model_dir: str, auto_class: str, config_cls: str | None = None):
     config class name) reads ``config.json`` with that class instead of the
     one its ``model_type`` / ``auto_map`` names (checkpoints whose published
     config class is remote code that transformers has ported under another
-    name: ``scripts/validation/zoo_published.py``)."""
+    name: ``scripts/validation/checkpoints/zoo_published.py``)."""
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)

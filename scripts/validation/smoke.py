@@ -31,9 +31,10 @@ import sys
 
 from scripts.common.reports import write_reports
 from scripts.series.base import load_base
+from scripts.validation.checkpoints.models import MODELS, minilm_path, sts_test
+from scripts.validation.checkpoints.zoo import make_tiny_qwen3
 from scripts.validation.engine import (embed, expected_input_preparation, hf_last_token_embed, input_preparation,
                                        quiet_vllm, rowwise_cosine, st_embed, sts_spearman, vllm_runner)
-from scripts.validation.models import MODELS, make_tiny_qwen3, minilm_path, sts_test
 
 MIN_COSINE = 0.99999
 

@@ -524,7 +524,7 @@ def _check_vllm(run: Run, tree: Path, what: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring). Returns the exit status."""
-    from scripts.validation.models import MINILM_REPO, minilm_path
+    from scripts.validation.checkpoints.models import MINILM_REPO, minilm_path
 
     parser = argparse.ArgumentParser(prog="python -m scripts.validation.upstream_pooling",
                                      description="Upstream vLLM's pooling tests from the line's sdist, on the line")

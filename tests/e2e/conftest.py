@@ -13,7 +13,7 @@ import os
 import pytest
 
 from scripts.common.environ import environ
-from scripts.validation.models import sts_test
+from scripts.validation.checkpoints.models import sts_test
 
 INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 

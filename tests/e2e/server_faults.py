@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from scripts.validation.models import MINILM_VOCAB
+from scripts.validation.checkpoints.models import MINILM_VOCAB
 
 LONG = "word " * 600  # over every model's max_model_len (MiniLM 256, the tiny BERTs 512)
 QUERY = "A man is playing a guitar."

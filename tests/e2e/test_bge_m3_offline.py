@@ -4,7 +4,7 @@ pooling task returns, per prompt, the dense embedding followed by the
 sparse weight of every token but the first and last, equal to FlagEmbedding's
 recipe on the same weights, on the runner vLLM picks (MRV2, asserted) and on
 V1. The checkpoint, the task's engine call and its reference are the matrix
-row's (``bge-m3/embed&token_classify`` in ``scripts/validation/matrix_rows.py``);
+row's (``bge-m3/embed&token_classify`` in ``scripts/validation/matrix/rows.py``);
 what this test adds is the engine left at its default pooling task (the matrix
 switches tasks on one engine). Before the patch both runners failed on an
 ``AssertionError`` in ``LLM.encode`` (no front-end processor for the task)."""
@@ -14,9 +14,9 @@ from __future__ import annotations
 import pytest
 
 from scripts.validation.engine import RUNNER_CHOICE, vllm_runner
-from scripts.validation.matrix import ENGINE_DEFAULTS
-from scripts.validation.matrix_rows import case, inputs
-from scripts.validation.matrix_tasks import max_abs_error
+from scripts.validation.matrix.rows import case, inputs
+from scripts.validation.matrix.runner import ENGINE_DEFAULTS
+from scripts.validation.matrix.tasks import max_abs_error
 
 ROW = case("bge-m3")
 (TASK,) = [t for t in ROW.tasks if t.name == "embed&token_classify"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from scripts.validation.engine import embed, rowwise_cosine, st_embed, vllm_runner
-from scripts.validation.models import minilm_path
+from scripts.validation.checkpoints.models import minilm_path
 
 QUERY = "A man is playing a guitar."
 DOCS = ["A man plays the guitar.", "A woman is slicing an onion.", "The cat sleeps on the sofa."]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from scripts.validation.engine import bundled_tcmalloc, embed, mapped_tcmalloc, rowwise_cosine, vllm_runner
-from scripts.validation.models import minilm_path, sts_test
+from scripts.validation.checkpoints.models import minilm_path, sts_test
 from scripts.validation.references import st_embed
 
 pytestmark = pytest.mark.e2e

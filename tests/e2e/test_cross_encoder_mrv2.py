@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scripts.validation.engine import vllm_runner
-from scripts.validation.models import TINY_BERT, copy_tokenizer
+from scripts.validation.checkpoints.models import TINY_BERT, copy_tokenizer
 
 TOL = 1e-4
 QUERY = "how do cats sleep"

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from scripts.validation.engine import vllm_runner
-from scripts.validation.models import make_tiny_bert
+from scripts.validation.checkpoints.zoo import make_tiny_bert
 from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-4

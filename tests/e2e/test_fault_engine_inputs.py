@@ -32,7 +32,8 @@ import pytest
 from scripts.common.environ import environ
 from scripts.series.lines import get_line
 from scripts.validation.engine import close_llm, hf_mean_embed, open_llm, vllm_runner
-from scripts.validation.models import MINILM_VOCAB, MODELS, make_tiny_bert, minilm_path
+from scripts.validation.checkpoints.models import MINILM_VOCAB, MODELS, minilm_path
+from scripts.validation.checkpoints.zoo import make_tiny_bert
 from scripts.validation.references import classify, embed
 from tests.e2e.support import call_within
 

@@ -7,7 +7,7 @@ splits a character), with the same prompt token ids. Before 0047 the
 offline path ignored the limits (the limited call scored the whole texts).
 
 The model is a tiny random ``JinaForRanking`` in jina-reranker-v3's layout
-(``scripts.validation.zoo_published.make_jina_reranker``: Qwen3 backbone,
+(``scripts.validation.checkpoints.zoo_published.make_jina_reranker``: Qwen3 backbone,
 projector, a tokenizer with the embed/rerank tokens at Qwen's ids 151670 and
 151671, which vLLM's pooler looks for); no transformers class computes its
 scores, so the reference is vLLM's own unlimited call.
@@ -28,8 +28,8 @@ import pytest
 
 from scripts.series.lines import get_line
 from scripts.validation.engine import vllm_runner
-from scripts.validation.models import MODELS
-from scripts.validation.zoo_published import make_jina_reranker
+from scripts.validation.checkpoints.models import MODELS
+from scripts.validation.checkpoints.zoo_published import make_jina_reranker
 
 QUERY = "what is the capital city of france and how large is its population today"
 DOCS = ["paris is the capital and largest city of france with more than two million residents",

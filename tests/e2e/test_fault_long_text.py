@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from scripts.validation.engine import forward, l2_normalize, vllm_runner
-from scripts.validation.models import minilm_path
+from scripts.validation.checkpoints.models import minilm_path
 from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-4

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import requests
 
-from scripts.validation.models import MODELS, make_tiny_bert
+from scripts.validation.checkpoints.models import MODELS
+from scripts.validation.checkpoints.zoo import make_tiny_bert
 from scripts.validation.references import embed
 from scripts.validation.server import ServerError, VllmServer
 

@@ -1,6 +1,6 @@
 """Issue 28 item 2 (patch 0045): models saved by sentence-transformers 6.2
 are served as ``SentenceTransformer.encode`` / ``CrossEncoder.predict``
-compute them, on the same saved files (``scripts.validation.st_saved``:
+compute them, on the same saved files (``scripts.validation.checkpoints.st_saved``:
 tiny random BERTs, fp32), within 1e-4.
 
 Offline on MRV2 (vLLM's default, asserted) and on V1
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import requests
 
-from scripts.validation import st_saved
+from scripts.validation.checkpoints import st_saved
 from scripts.validation.engine import vllm_runner
 from scripts.validation.server import VllmServer
 

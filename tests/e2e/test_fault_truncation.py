@@ -26,9 +26,9 @@ import pytest
 import requests
 
 from scripts.validation.engine import vllm_runner
-from scripts.validation.models import MODELS, minilm_path
+from scripts.validation.checkpoints.models import MODELS, minilm_path
 from scripts.validation.server import VllmServer
-from scripts.validation.zoo import make_hf
+from scripts.validation.checkpoints.zoo import make_hf
 from tests.unit.upstream_names import serve_context, server_pre_process
 
 TOL = 1e-5

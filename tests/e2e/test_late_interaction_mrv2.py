@@ -13,7 +13,8 @@ import pytest
 
 from scripts.validation.engine import (count_late_interaction_requests, late_interaction_counts,
                                        late_interaction_state, maxsim, vllm_runner)
-from scripts.validation.models import colbert_reference, make_tiny_colbert
+from scripts.validation.checkpoints.zoo import make_tiny_colbert
+from scripts.validation.references import colbert_tokens
 from tests.e2e.support import drain
 
 TOL = 1e-4  # docs/validation.md (upstream's bar for ColBERT was 1e-2)
@@ -48,7 +49,7 @@ def scores_on_mrv2(model, calls: list[tuple[str | list[str], list[str]]]) -> lis
     """``LLM.score(queries, docs)`` for each of ``calls`` on one MRV2 engine
     (vLLM's default, asserted): 1:N when ``queries`` is a string, N:N (query
     i with document i) when it is a list. For each call the token embeddings
-    of its texts match ``colbert_reference``, the scores match MaxSim over
+    of its texts match ``colbert_tokens``, the scores match MaxSim over
     them, each query was encoded once and nothing stays cached. Returns each
     call's scores and request counts by late-interaction mode."""
     results = []
@@ -58,7 +59,7 @@ def scores_on_mrv2(model, calls: list[tuple[str | list[str], list[str]]]) -> lis
             results.append((texts, token_embed(llm, texts), *score_call(llm, queries, docs)))
     checked = []
     for texts, tokens, scores, counts, state in results:
-        ref = colbert_reference(model, texts)
+        ref = colbert_tokens(model, texts)
         for got, want in zip(tokens, ref, strict=True):
             assert got.shape == want.shape and want.shape[1] == 32
             np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
@@ -131,7 +132,7 @@ def test_aborted_documents_release_the_cached_query(colbert, monkeypatch):
         cached, outs, middle, after = scenario(llm)
     assert cached == {"cached_queries": ["k"], "query_uses": {"k": 4}, "pending_docs": 0}
     assert sorted(outs) == ["d0", "d2"]
-    ref = colbert_reference(colbert, [q] + docs)
+    ref = colbert_tokens(colbert, [q] + docs)
     for name, d in (("d0", ref[1]), ("d2", ref[3])):
         assert abs(float(outs[name].outputs.data) - maxsim(ref[0], d)) <= TOL
     assert middle == {"cached_queries": ["k"], "query_uses": {"k": 1}, "pending_docs": 0}

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from scripts.validation.engine import hf_last_token_embed, vllm_runner
-from scripts.validation.models import make_tiny_qwen3
+from scripts.validation.checkpoints.zoo import make_tiny_qwen3
 
 TOL = 1e-4
 RANK, ALPHA = 8, 16

@@ -1,9 +1,9 @@
 """The validation matrix in ``make test``, generated from the matrix's own
-row definitions: one case per family (``scripts/validation/matrix_rows.py``,
+row definitions: one case per family (``scripts/validation/matrix/rows.py``,
 cases with ``smoke=True``), each on the runner vLLM picks by default
 (asserted) and on V1 (a maintenance line's share of ``make test``: the
 default runner only), against transformers on the same weights; and every
-real-weight and MTEB STS row (``scripts/validation/matrix_real.py``):
+real-weight and MTEB STS row (``scripts/validation/matrix/real.py``):
 all-MiniLM-L6-v2's embed (all STS-B test sentences, min cosine with
 sentence-transformers) and token_embed (against transformers), and STS-B
 test through mteb (sentence-transformers against the engine), on MRV2 (vLLM's
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.validation.matrix import ROW_IDS, run_case, run_row
-from scripts.validation.matrix_rows import CASES
+from scripts.validation.matrix.real import ROW_IDS
+from scripts.validation.matrix.rows import CASES
+from scripts.validation.matrix.runner import run_case, run_row
 
 FAMILY_CASES = [c for c in CASES if c.smoke]
 

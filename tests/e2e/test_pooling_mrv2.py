@@ -1,6 +1,6 @@
 """MRV2 pooling, part 1 (patches 0002, 0003, 0011): what the validation
 matrix's rows (``tests/e2e/test_matrix.py``, generated from
-``scripts/validation/matrix_rows.py``) do not cover: a task MRV2 cannot serve
+``scripts/validation/matrix/rows.py``) do not cover: a task MRV2 cannot serve
 refused per request and at start-up, and batches as users send them (many
 requests in one step, prompt lengths up to ``max_model_len``, arrivals across
 steps, aborts, chunked prefill, the chunking flags of an encoder), through
@@ -20,7 +20,8 @@ import pytest
 from scripts.series.base import REPO
 from scripts.validation.engine import (embed, forward, hf_last_token_embed, hf_mean_embed, l2_normalize,
                                        rowwise_cosine, st_embed, vllm_runner)
-from scripts.validation.models import make_tiny_qwen3, minilm_path
+from scripts.validation.checkpoints.models import minilm_path
+from scripts.validation.checkpoints.zoo import make_tiny_qwen3
 from tests.e2e.support import drain, random_prompt
 
 TOL = 1e-4

@@ -28,7 +28,7 @@ POOLING = """
 import sys
 sys.path.insert(0, {repo!r})
 from scripts.validation.engine import embed, rowwise_cosine, runner_in_use, st_embed, vllm_runner
-from scripts.validation.models import minilm_path, sts_test
+from scripts.validation.checkpoints.models import minilm_path, sts_test
 
 if __name__ == "__main__":
     sentences = sts_test().sentences[:64]
@@ -43,7 +43,7 @@ import sys, tempfile
 from pathlib import Path
 sys.path.insert(0, {repo!r})
 from scripts.validation.engine import GPU_MEMORY_UTILIZATION, close_llm, engine_env, runner_in_use
-from scripts.validation.models import make_tiny_qwen3
+from scripts.validation.checkpoints.zoo import make_tiny_qwen3
 
 if __name__ == "__main__":
     engine_env()

@@ -48,8 +48,9 @@ import pytest
 import requests
 
 from scripts.validation.engine import expected_input_preparation, maxsim, vllm_runner
-from scripts.validation.models import (MODELS, colbert_reference, make_tiny_bert, make_tiny_colbert, minilm_path,
-                                       mixed_length_texts)
+from scripts.validation.checkpoints.models import MODELS, minilm_path, mixed_length_texts
+from scripts.validation.checkpoints.zoo import make_tiny_bert, make_tiny_colbert
+from scripts.validation.references import colbert_tokens
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, ServerError, VllmServer
 from tests.e2e.server_faults import QUERY, check_faults, check_shared_request_id, post
 
@@ -432,9 +433,9 @@ def late_interaction_shared_id_cases(model_dir, sentences) -> list:
     """``check_shared_request_id`` cases of issue 28 for a late-interaction
     server: two clients' /rerank and two clients' /score, different queries
     against the same 40 documents; each answer must be MaxSim of its own
-    query over transformers' token embeddings (``colbert_reference``)."""
+    query over transformers' token embeddings (``colbert_tokens``)."""
     queries, docs = [QUERY, sentences[40]], sentences[200:240]
-    tokens = colbert_reference(model_dir, queries + docs)
+    tokens = colbert_tokens(model_dir, queries + docs)
     scores = [np.asarray([maxsim(q, d) for d in tokens[2:]]) for q in tokens[:2]]
     check = [scores_close_to(s, tol=LATE_INTERACTION_TOL) for s in scores]
     return [("/rerank", {"query": q, "documents": docs}, c) for q, c in zip(queries, check)] + \
@@ -459,7 +460,7 @@ class TestColbertServerV1:
     def test_bad_input(self, colbert_v1_server, sentences):
         server = colbert_v1_server
         doc = sentences[30]
-        query_tokens, doc_tokens = colbert_reference(server.model, [QUERY, doc])
+        query_tokens, doc_tokens = colbert_tokens(server.model, [QUERY, doc])
         check_faults(server, {"/pooling", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
                      ("/score", {"queries": QUERY, "documents": [doc]},
                       scores_close_to([maxsim(query_tokens, doc_tokens)], tol=LATE_INTERACTION_TOL)),

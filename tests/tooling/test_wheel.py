@@ -319,7 +319,7 @@ def test_cpu_wheel_in_a_scratch_venv_serves(recipe_venv):
     serve` starting from it and answering /version and /v1/embeddings."""
     import requests
 
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
     from scripts.validation.server import VllmServer
 
     venv, root, _ = recipe_venv

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def minilm():
     """all-MiniLM-L6-v2 (BertModel, encoder-only), from its package."""
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     return str(minilm_path())
 
@@ -20,7 +20,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def tiny_qwen3(tmp_path_factory):
     """A tiny random Qwen3ForCausalLM checkpoint (decoder), MiniLM's tokenizer."""
-    from scripts.validation.models import make_tiny_qwen3
+    from scripts.validation.checkpoints.zoo import make_tiny_qwen3
 
     return str(make_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model"))
 

@@ -11,7 +11,7 @@ def minilm_engine_config():
     """all-MiniLM-L6-v2's ``VllmConfig`` as an engine builds it (encoder-only)."""
     from vllm.engine.arg_utils import EngineArgs
 
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     config = EngineArgs(model=str(minilm_path()), runner="pooling").create_engine_config()
     assert config.model_config.attn_type == "encoder_only"
@@ -170,7 +170,7 @@ def config_only_checkpoint(dest, architecture: str, config_cls: str = "Qwen2Conf
     ``EngineArgs.create_engine_config`` (no weights are loaded)."""
     import transformers
 
-    from scripts.validation.models import copy_tokenizer
+    from scripts.validation.checkpoints.models import copy_tokenizer
 
     dest.mkdir()
     config = getattr(transformers, config_cls)(

@@ -31,7 +31,7 @@ TOL = 1e-4
 def long_input():
     from transformers import AutoTokenizer
 
-    from scripts.validation.models import minilm_path, sts_test
+    from scripts.validation.checkpoints.models import minilm_path, sts_test
 
     tok = AutoTokenizer.from_pretrained(str(minilm_path()))
     words = tok(" ".join(sts_test().sentences[:60]), add_special_tokens=False)["input_ids"]
@@ -42,7 +42,7 @@ def long_input():
 def chunk_states(long_input):
     """transformers' last hidden state of each 128-token chunk, run alone."""
     from scripts.validation.engine import forward
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     chunks = [long_input[i:i + MAX_MODEL_LEN] for i in range(0, NUM_TOKENS, MAX_MODEL_LEN)]
     return {tuple(c): s for c, s in zip(chunks, forward(minilm_path(), chunks))}
@@ -56,7 +56,7 @@ def io_processor():
     from vllm.entrypoints.pooling.embed.io_processor import EmbedIOProcessor
     from vllm.renderers import renderer_from_config
 
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     config = EngineArgs(model=str(minilm_path()), runner="pooling", max_model_len=MAX_MODEL_LEN,
                         pooler_config={"enable_chunked_processing": True}).create_engine_config()

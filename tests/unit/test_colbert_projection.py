@@ -34,7 +34,7 @@ with set_current_vllm_config(config):
 
 
 def test_colbert_with_declared_dim_builds(tmp_path):
-    from scripts.validation.models import make_tiny_colbert
+    from scripts.validation.checkpoints.zoo import make_tiny_colbert
 
     model_dir = make_tiny_colbert(tmp_path / "colbert", backbone="bert", dim=24)
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}

@@ -175,7 +175,7 @@ def engine_preload(overlay: Path, user_preload: str = "") -> tuple[list[str], st
     """The LD_PRELOAD entries an engine config built with ``overlay``'s vllm
     leaves (``user_preload``: what the user had set), and the output (vLLM's
     log) of the process that built it."""
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "USER_PRELOAD")}
     env.update(PYTHONPATH=os.pathsep.join([str(overlay), *sys.path]), USER_PRELOAD=user_preload)

@@ -37,7 +37,7 @@ TRUNCATE = 24
 
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory):
-    from scripts.validation.models import make_tiny_bert
+    from scripts.validation.checkpoints.zoo import make_tiny_bert
 
     return str(make_tiny_bert(tmp_path_factory.mktemp("ce-types") / "bert-ce", "seq_cls", num_labels=1))
 

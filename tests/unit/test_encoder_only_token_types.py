@@ -41,7 +41,7 @@ SINGLE = "A woman is slicing an onion."
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from scripts.validation.models import minilm_path
+    from scripts.validation.checkpoints.models import minilm_path
 
     return AutoTokenizer.from_pretrained(str(minilm_path()))
 

@@ -1,4 +1,4 @@
-"""The validation matrix's inventory (scripts/validation/inventory.py) against the
+"""The validation matrix's inventory (scripts/validation/matrix/inventory.py) against the
 base's model registry, without an engine: every pooling architecture of the
 registry has an entry with a status, and the inventory lists nothing the
 registry does not have. Also the row definitions' shape: unique ids, one
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.validation.inventory import implementing_class, inventory, not_instantiable, registry_pooling
-from scripts.validation.matrix_rows import CASES, FAMILIES
-from scripts.validation.selector_cases import SELECTOR_CASES
+from scripts.validation.matrix.inventory import implementing_class, inventory, not_instantiable, registry_pooling
+from scripts.validation.matrix.rows import CASES, FAMILIES
+from scripts.validation.matrix.selector_cases import SELECTOR_CASES
 
 
 def test_every_registry_pooling_architecture_has_an_entry_with_a_status():

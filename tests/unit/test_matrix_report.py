@@ -1,4 +1,4 @@
-"""The matrix's reports (scripts/validation/matrix_report.py), without an engine: rows
+"""The matrix's reports (scripts/validation/matrix/report.py), without an engine: rows
 grouped by family with their failures first, and ``--update`` replacing rows
 by id while keeping the others."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from scripts.validation.matrix_report import Row, write
+from scripts.validation.matrix.report import MatrixRow, write
 
 
 def row(row_id, value, passed, family="encoders"):
-    return Row(row_id, family, "BertModel", row_id.split("/")[1], row_id.split("/")[2], "MRV2", "native",
-               "text", "references.embed", "max abs error", value, 1e-4, passed, 1.0,
-               None if passed else (f"max abs error {value:.2g} > 0.0001" if value else "engine: AssertionError"))
+    return MatrixRow(row_id, family, "BertModel", row_id.split("/")[1], row_id.split("/")[2], "MRV2", "native",
+                     "text", "references.embed", "max abs error", value, 1e-4, passed, 1.0,
+                     None if passed else (f"max abs error {value:.2g} > 0.0001" if value else "engine: AssertionError"))
 
 
 def test_reports_group_by_family_and_list_failures(tmp_path):

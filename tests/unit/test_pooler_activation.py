@@ -37,7 +37,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from scripts.validation.models import make_tiny_bert, make_tiny_modernbert
+    from scripts.validation.checkpoints.zoo import make_tiny_bert, make_tiny_modernbert
 
     root = tmp_path_factory.mktemp("pooler-activation")
     return {"bert": str(make_tiny_bert(root / "bert-seq-cls-3", "seq_cls", num_labels=3)),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.validation.matrix_rows import case
+from scripts.validation.matrix.rows import case
 from tests.unit.upstream_names import chat_template_config
 
 # what BgeM3EmbeddingModel's DispatchPooler declares (vllm/model_executor/models/roberta.py)

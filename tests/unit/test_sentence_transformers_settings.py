@@ -2,7 +2,7 @@
 writes (6.2 here) are read, and the older spellings still are.
 
 Checkpoints saved by sentence-transformers itself at test time
-(``scripts.validation.st_saved``), read through the engine's own config
+(``scripts.validation.checkpoints.st_saved``), read through the engine's own config
 (``EngineArgs.create_engine_config``, no weights loaded). What each setting
 must become is what sentence-transformers does with it: the pooling mode
 (``1_Pooling/config.json``, ``"pooling_mode"`` since 5.4, the
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.validation import st_saved
+from scripts.validation.checkpoints import st_saved
 
 
 @pytest.fixture(scope="module")

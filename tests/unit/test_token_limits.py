@@ -6,7 +6,7 @@ the whole character, one token too many ("café" for a limit of 3 is 4
 tokens). The cut is the scoring entries' own helper
 (``truncate_text_to_tokens``, used by /score, /rerank and LLM.score on
 every scoring path); the tokenizer is a RoBERTa-style byte-level BPE
-trained on STS-B (``scripts.validation.zoo.bpe_tokenizer``)."""
+trained on STS-B (``scripts.validation.checkpoints.zoo.bpe_tokenizer``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ TEXT = "café au lait"
 def bpe():
     from transformers import AutoTokenizer
 
-    from scripts.validation.zoo import BPE_DIR, bpe_tokenizer
+    from scripts.validation.checkpoints.zoo import BPE_DIR, bpe_tokenizer
 
     return AutoTokenizer.from_pretrained(str(bpe_tokenizer(BPE_DIR)))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from functools import partial
 
-from scripts.validation.zoo import make_hf
+from scripts.validation.checkpoints.zoo import make_hf
 
 XLMR = partial(make_hf, config_cls="XLMRobertaConfig", model_cls="XLMRobertaModel", tokenizer="bpe",
                pad_token_id=1, bos_token_id=0, eos_token_id=2, max_position_embeddings=514, type_vocab_size=1)

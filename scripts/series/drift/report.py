@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from scripts.common.paths import REPORTS
-from scripts.common.reports import Case, Suite, junit, write_reports
+from scripts.common.reports import JUnitCase, Suite, junit, write_reports
 from scripts.series.drift.classify import STATUSES, TargetReport
 
 
@@ -45,8 +45,8 @@ def to_junit(reports: list[TargetReport]) -> ET.ElementTree:
         cases = []
         for r in t.results:
             detail = "\n".join([r.reason, *r.hunks])
-            cases.append(Case(f"drift.{t.name}", r.patch, outcome.get(r.status, "passed"),
-                              message=f"{r.status}: {r.reason}", detail=detail, output=f"{r.status}: {detail}"))
+            cases.append(JUnitCase(f"drift.{t.name}", r.patch, outcome.get(r.status, "passed"),
+                                   message=f"{r.status}: {r.reason}", detail=detail, output=f"{r.status}: {detail}"))
         suites.append(Suite(f"drift {t.name}", cases))
     return junit(suites, name="drift")
 

@@ -209,8 +209,8 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: 
     # the repository's own scripts after the shadow's (the per-test limit's plugin)
     env.update(PYTHONPATH=os.pathsep.join([str(repo), str(Path(__file__).resolve().parents[3])]), HF_HUB_OFFLINE="1",
                VLLM_TARGET_DEVICE="cpu")
-    # the shared data the tests read beside this repository (scripts/validation/models.py)
-    from scripts.validation.models import STS_TEST
+    # the shared data the tests read beside this repository (scripts/validation/checkpoints/models.py)
+    from scripts.validation.checkpoints.models import STS_TEST
 
     env.setdefault("STS_DATA", str(STS_TEST.parent))
     if line:

@@ -2,7 +2,7 @@
 6.2 here), for the tests of how vLLM reads their settings (issue 28 item 2).
 
 Each ``save_*`` builds a ``SentenceTransformer`` / ``CrossEncoder`` from a
-tiny random BERT (``scripts.validation.models.make_tiny_bert``: 2 layers,
+tiny random BERT (``scripts.validation.checkpoints.zoo.make_tiny_bert``: 2 layers,
 hidden 128, MiniLM's tokenizer) and saves it with ``.save``, so the files are
 exactly what that release writes: ``modules.json`` with its module type
 names, ``1_Pooling/config.json`` with ``"pooling_mode"``, ``2_Dense``,
@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.validation.models import MODELS, atomic_dir, copy_tokenizer, make_tiny_bert
+from scripts.validation.checkpoints.models import MODELS, atomic_dir, copy_tokenizer
+from scripts.validation.checkpoints.zoo import make_tiny_bert
 
 BACKBONE = MODELS / "tiny-bert-base"
 CE_BACKBONE = MODELS / "tiny-bert-cross-encoder-st"

@@ -2,7 +2,7 @@
 base's model registry, grouped by implementing class (many registry names
 map to one class), each with one status:
 
-- ``validated``: the matrix has rows for it (``scripts/validation/matrix_rows.py``);
+- ``validated``: the matrix has rows for it (``scripts/validation/matrix/rows.py``);
 - ``kept on V1``: vLLM's selector keeps it off MRV2; the reason is the one
   the selector gives, read at run time from a config built for a small
   checkpoint (``selector_verdict``; ``SELECTOR_CASES``);
@@ -182,8 +182,8 @@ def inventory(selections: dict[str, tuple[str, str | None]] | None = None) -> li
     """Every implementing class with its status. ``selections`` maps
     "module:Class" to ``selector_verdict`` results (selector cases); classes
     kept on V1 take their reason from there."""
-    from scripts.validation.matrix_rows import CASES
-    from scripts.validation.selector_cases import SELECTOR_CASES
+    from scripts.validation.matrix.rows import CASES
+    from scripts.validation.matrix.selector_cases import SELECTOR_CASES
 
     selections = selections or {}
     groups = {impl: (tuple(n for ns in d.values() for n in ns), tuple(d)) for impl, d in registry_pooling().items()}

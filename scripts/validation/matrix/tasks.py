@@ -1,8 +1,8 @@
 """The validation matrix's building blocks: ``Task`` (a pooling task
 checked on a case: the engine call and the transformers reference) and
-``Case`` (a checkpoint, its engine options and tasks), the inputs, and the
+``MatrixCase`` (a checkpoint, its engine options and tasks), the inputs, and the
 engine calls per task. The cases themselves are data in
-``scripts/validation/matrix_rows.py``."""
+``scripts/validation/matrix/rows.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from scripts.validation import references as ref
-from scripts.validation.models import sts_test
+from scripts.validation.checkpoints.models import sts_test
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
             "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
@@ -43,7 +43,7 @@ class Task:
 
 
 @dataclass(frozen=True)
-class Case:
+class MatrixCase:
     """A checkpoint opened with ``engine`` options, checked on ``tasks``."""
 
     id: str

@@ -1,7 +1,7 @@
-"""The validation matrix's results (``Row``) and reports: ``reports/matrix.md`` (what a reviewer
+"""The validation matrix's results (``MatrixRow``) and reports: ``reports/matrix.md`` (what a reviewer
 reads: counts, failures, rows grouped by family, the inventory),
 ``reports/matrix.json`` and ``reports/matrix-junit.xml`` (one test case per
-row), and the runner-selection rows of ``scripts/validation/selector_cases.py``."""
+row), and the runner-selection rows of ``scripts/validation/matrix/selector_cases.py``."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ from dataclasses import asdict, dataclass
 
 from scripts.common import reports
 from scripts.common.paths import REPORTS
-from scripts.validation.inventory import Entry, inventory, registry_pooling, selector_verdict
-from scripts.validation.matrix_real import REAL
-from scripts.validation.matrix_rows import CASES, FAMILIES
-from scripts.validation.models import MODELS
-from scripts.validation.selector_cases import SELECTOR_CASES
+from scripts.validation.checkpoints.models import MODELS
+from scripts.validation.matrix.inventory import Entry, inventory, registry_pooling, selector_verdict
+from scripts.validation.matrix.real import REAL
+from scripts.validation.matrix.rows import CASES
+from scripts.validation.matrix.selector_cases import SELECTOR_CASES
+from scripts.validation.matrix.tasks import FAMILIES
 
 
 @dataclass
-class Row:
+class MatrixRow:
     """One result: an (architecture, task, runner) of a case, or a real-weight / MTEB check."""
 
     id: str
@@ -47,7 +48,7 @@ class Row:
 SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
 
 
-def selector_rows() -> list[Row]:
+def selector_rows() -> list[MatrixRow]:
     """One row per selector case: the runner vLLM picks by default for its
     checkpoint (engine config only), against the one it must pick."""
     rows = []
@@ -62,20 +63,20 @@ def selector_rows() -> list[Row]:
         except Exception as e:
             traceback.print_exc()
             reason = f"{type(e).__name__}: {str(e)[:300]}"
-        rows.append(Row(f"{sc.id}/runner-selection/default", sc.family, sc.architecture, "runner selection",
-                        "default", ran, None, f"engine config only; expected: {sc.why}",
-                        f"selector said: {said or 'nothing (no log line)'}", "selected runner", None, 0.0,
-                        reason is None, time.perf_counter() - start, reason, sc.known_fault))
+        rows.append(MatrixRow(f"{sc.id}/runner-selection/default", sc.family, sc.architecture,
+                              "runner selection", "default", ran, None, f"engine config only; expected: {sc.why}",
+                              f"selector said: {said or 'nothing (no log line)'}", "selected runner", None, 0.0,
+                              reason is None, time.perf_counter() - start, reason, sc.known_fault))
     return rows
 
 
-def _value(r: Row) -> str:
+def _value(r: MatrixRow) -> str:
     if r.value is None:
         return r.ran or "-" if r.metric == "selected runner" else "-"
     return f"{r.value:.7f}" if r.metric == "min cosine" else f"{r.value:.2g}"
 
 
-def counts(entries: list[Entry], rows: list[Row]) -> dict:
+def counts(entries: list[Entry], rows: list[MatrixRow]) -> dict:
     """Architecture counts (implementing classes and registry names) by status."""
     failed_cases = {r.id.split("/")[0] for r in rows if not r.passed}
     mrv2_cases = {r.id.split("/")[0] for r in rows if r.runner == "MRV2"}
@@ -93,7 +94,7 @@ def counts(entries: list[Entry], rows: list[Row]) -> dict:
     }
 
 
-def markdown(rows: list[Row], entries: list[Entry], wall: float) -> str:
+def markdown(rows: list[MatrixRow], entries: list[Entry], wall: float) -> str:
     """``matrix.md``: counts, failures first, the rows grouped by family, the inventory."""
     c = counts(entries, rows)
     failed = [r for r in rows if not r.passed]
@@ -133,16 +134,17 @@ def markdown(rows: list[Row], entries: list[Entry], wall: float) -> str:
     return "\n".join(out) + "\n"
 
 
-def junit(rows: list[Row]) -> ET.ElementTree:
+def junit(rows: list[MatrixRow]) -> ET.ElementTree:
     """``matrix-junit.xml``: one test case per row (class ``matrix.<family>.<runner>``,
     named by the row id); a failed row's failure carries its reason and the row as JSON."""
     return reports.junit([reports.Suite("validation-matrix", [
-        reports.Case(f"matrix.{r.family}.{r.runner}", r.id, "passed" if r.passed else "failure",
-                     message=r.reason or "failed", detail="" if r.passed else json.dumps(asdict(r)),
-                     seconds=r.seconds) for r in rows])])
+        reports.JUnitCase(f"matrix.{r.family}.{r.runner}", r.id, "passed" if r.passed else "failure",
+                          message=r.reason or "failed", detail="" if r.passed else json.dumps(asdict(r)),
+                          seconds=r.seconds) for r in rows])])
 
 
-def write(rows: list[Row], selections: list[Row], wall: float, directory=None, update: bool = False) -> None:
+def write(rows: list[MatrixRow], selections: list[MatrixRow], wall: float, directory=None,
+          update: bool = False) -> None:
     """Write the three reports and print the Markdown. ``update``: the rows
     replace those of the same id in the existing ``matrix.json`` (the others
     and the selector verdicts are kept; the wall time adds up)."""
@@ -152,7 +154,7 @@ def write(rows: list[Row], selections: list[Row], wall: float, directory=None, u
         old = json.loads((directory / "matrix.json").read_text())
         known = {c.id for c in CASES} | {s.id for s in SELECTOR_CASES} | set(REAL)
         fresh = {r.id: r for r in rows}
-        merged = [fresh.pop(r["id"], None) or Row(**r) for r in old["rows"] if r["id"].split("/")[0] in known]
+        merged = [fresh.pop(r["id"], None) or MatrixRow(**r) for r in old["rows"] if r["id"].split("/")[0] in known]
         rows = merged + list(fresh.values())
         wall += old["wall_seconds"]
         for e in old["inventory"]:

@@ -1,7 +1,8 @@
 """Small random-weight checkpoints of the pooling architectures whose
 published checkpoints need remote code, made here in the published layout
-(the one vLLM's loaders read), all local. Sizes as ``scripts/validation/zoo.py``
-(2 layers, hidden 128, heads of 64).
+(the one vLLM's loaders read), all local, with the factory's
+``build_checkpoint`` and ``random_model`` (``scripts/validation/checkpoints/zoo.py``),
+at its sizes (2 layers, hidden 128, heads of 64).
 
 transformers 5 ships its own ports of these models (``NomicBertModel``,
 ``GteModel``, ``JinaEmbeddingsV3Model``, ``SiglipModel``), and its
@@ -42,8 +43,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scripts.validation.models import MINILM_VOCAB, TINY, atomic_dir
-from scripts.validation.zoo import _build, _model, save_model_and_processor
+from scripts.validation.checkpoints.models import MINILM_VOCAB, TINY, atomic_dir, minilm_path, sts_test
+from scripts.validation.checkpoints.zoo import build_checkpoint, random_model, save_model_and_processor, vocab
 
 GELU_BERT = dict(TINY, max_position_embeddings=512)
 # nomic-bert-2048's configuration_hf_nomic_bert.py field names, as vLLM's NomicBertModelConfig reads them
@@ -88,12 +89,12 @@ def make_nomic(dest: Path, seed: int = 0) -> Path:
     saved in nomic-bert-2048's layout (``encoder.layers.N.attn.Wqkv``,
     ``mlp.fc11``/``fc12``/``fc2``, ``emb_ln``), config with both field sets."""
     def write(tmp: Path) -> None:
-        model = _model("NomicBertConfig", "NomicBertModel", seed, dict(TINY, vocab_size=MINILM_VOCAB,
+        model = random_model("NomicBertConfig", "NomicBertModel", seed, dict(TINY, vocab_size=MINILM_VOCAB,
                        max_position_embeddings=512))
         model.save_pretrained(tmp)
         _edit_config(tmp, architectures=["NomicBertModel"], **NOMIC_FIELDS)
 
-    return _build(dest, write, "minilm")
+    return build_checkpoint(dest, write, "minilm")
 
 
 def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None = None, tokenizer: str = "minilm",
@@ -107,8 +108,6 @@ def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None 
     ``NewConfig``). ``tokenizer``: ``minilm`` (BERT's, token types 2, as
     gte-*-en-v1.5) or ``bpe`` (XLM-R style, no token types, as
     gte-multilingual-*)."""
-    from scripts.validation.zoo import vocab
-
     def write(tmp: Path) -> None:
         bert_like = tokenizer == "minilm"
         config = dict(TINY, vocab_size=vocab(tokenizer), max_position_embeddings=512,
@@ -117,7 +116,7 @@ def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None 
         if num_labels:
             config["num_labels"] = num_labels
         model_cls = "GteForSequenceClassification" if num_labels else "GteModel"
-        _model("GteConfig", model_cls, seed, config).save_pretrained(tmp)
+        random_model("GteConfig", model_cls, seed, config).save_pretrained(tmp)
         if num_labels:  # new-impl's NewForSequenceClassification keeps its backbone under "new."
             _rename(tmp, lambda k: "new." + k[4:] if k.startswith("gte.") else k)
         # published new-impl / arctic-embed configs carry it (transformers' GteConfig does not define it)
@@ -126,7 +125,7 @@ def make_gte(dest: Path, architecture: str = "GteModel", num_labels: int | None 
             _local_config_class(tmp, "NewConfig", "gte", "GteConfig", "new",
                                 "Alibaba-NLP/new-impl's config class name, on transformers' GteConfig.")
 
-    return _build(dest, write, tokenizer)
+    return build_checkpoint(dest, write, tokenizer)
 
 
 def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
@@ -137,12 +136,10 @@ def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from scripts.validation.zoo import vocab
-
     def write(tmp: Path) -> None:
         config = dict(GELU_BERT, vocab_size=vocab("bpe"), max_position_embeddings=514, pad_token_id=1,
                       bos_token_id=0, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 20000.0})
-        model = _model("JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model", seed, config)
+        model = random_model("JinaEmbeddingsV3Config", "JinaEmbeddingsV3Model", seed, config)
         model.save_pretrained(tmp)
         weights = {f"roberta.{k}": v for k, v in load_file(str(tmp / "model.safetensors")).items()
                    if not k.startswith("pooler.")}
@@ -155,7 +152,7 @@ def make_jina_colbert(dest: Path, dim: int = 32, seed: int = 0) -> Path:
         _local_config_class(tmp, "XLMRobertaFlashConfig", "jina_embeddings_v3", "JinaEmbeddingsV3Config",
                             "xlm-roberta", "jinaai/xlm-roberta-flash-implementation's config class name.")
 
-    return _build(dest, write, "bpe")
+    return build_checkpoint(dest, write, "bpe")
 
 
 def spm_tokenizer(dest: Path, vocab_size: int = 1000) -> Path:
@@ -166,8 +163,6 @@ def spm_tokenizer(dest: Path, vocab_size: int = 1000) -> Path:
     if (dest / "spiece.model").exists():
         return dest
     import sentencepiece as spm
-
-    from scripts.validation.models import sts_test
 
     with atomic_dir(dest) as tmp:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(sts_test().sentences),
@@ -213,13 +208,11 @@ def jina_ranking_tokenizer(tmp: Path) -> int:
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from scripts.validation.models import minilm_path
-
     minilm = AutoTokenizer.from_pretrained(str(minilm_path()))
     spec = json.loads(minilm.backend_tokenizer.to_str())
-    vocab = spec["model"]["vocab"]
+    words = spec["model"]["vocab"]
     first = min(JINA_RANKING_TOKENS.values())
-    vocab.update({f"[unused-{i}]": i for i in range(len(vocab), first)})
+    words.update({f"[unused-{i}]": i for i in range(len(words), first)})
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), unk_token="[UNK]",
                                   sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
                                   model_max_length=512)
@@ -248,7 +241,7 @@ def make_jina_reranker(dest: Path, seed: int = 0) -> Path:
         vocab_size = jina_ranking_tokenizer(tmp)
         config = dict(TINY, hidden_size=64, intermediate_size=128, num_key_value_heads=1, head_dim=64,
                       max_position_embeddings=512, vocab_size=vocab_size, tie_word_embeddings=False)
-        model = _model("Qwen3Config", "Qwen3Model", seed, config)
+        model = random_model("Qwen3Config", "Qwen3Model", seed, config)
         generator = torch.Generator().manual_seed(seed + 1)
         weights = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
         weights["projector.0.weight"] = torch.randn(32, 64, generator=generator) / 8.0

@@ -1,6 +1,6 @@
 """Architectures vLLM's runner selection must keep off MRV2 on this machine,
 checked without an engine: a small checkpoint is made, the engine config is
-built and the selector asked (``scripts.validation.inventory.selector_verdict``). The
+built and the selector asked (``scripts.validation.matrix.inventory.selector_verdict``). The
 reason recorded in the inventory is the one the selector logs.
 
 Each ``SelectorCase`` says what the selector must answer by default
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
-from scripts.validation.matrix_rows import REWARD_FAULT, SMALL_MOE
-from scripts.validation.matrix_rows import case as matrix_case
-from scripts.validation.matrix_rows import of_this_line
-from scripts.validation.zoo import make_hf
+from scripts.validation.checkpoints.zoo import make_hf
+from scripts.validation.matrix.rows import REWARD_FAULT, SMALL_MOE
+from scripts.validation.matrix.rows import case as matrix_case
+from scripts.validation.matrix.rows import of_this_line
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """The validation matrix (``make matrix``): every pooling architecture of the
-base's registry (``scripts/validation/inventory.py``), each instantiable one checked
-task by task (``scripts/validation/matrix_rows.py``) on the runner vLLM picks by default
+base's registry (``scripts/validation/matrix/inventory.py``), each instantiable one checked
+task by task (``scripts/validation/matrix/rows.py``) on the runner vLLM picks by default
 (asserted: MRV2 unless the selector keeps the model on V1) and on the V1
 runner (``VLLM_USE_V2_MODEL_RUNNER=0``), against transformers on the same
 weights (``scripts/validation/references.py``), fp32, max abs error <= 1e-4; plus the
 real-weight rows (all-MiniLM-L6-v2 against sentence-transformers) and the
 MTEB STS rows (STS-B test through ``mteb``, sentence-transformers against
-the engine through mteb's ``VllmEncoderWrapper``): ``scripts/validation/matrix_real.py``.
+the engine through mteb's ``VllmEncoderWrapper``): ``scripts/validation/matrix/real.py``.
 Every engine is opened by ``scripts.validation.engine.vllm_runner``, which
 asserts the runner (and MRV2's input preparation) before a row is measured.
 
@@ -31,14 +31,14 @@ import time
 import traceback
 
 from scripts.common.environ import environ
-from scripts.validation import matrix_report
+from scripts.validation.checkpoints.models import MODELS
 from scripts.validation.engine import (engine_env, expected_input_preparation, input_preparation,
                                        quiet_vllm, runner_in_use, vllm_runner)
-from scripts.validation.matrix_real import REAL, ROW_IDS
-from scripts.validation.matrix_report import Row
-from scripts.validation.matrix_rows import CASES, Case, inputs
-from scripts.validation.matrix_tasks import max_abs_error
-from scripts.validation.models import MODELS
+from scripts.validation.matrix import report
+from scripts.validation.matrix.real import REAL, ROW_IDS
+from scripts.validation.matrix.report import MatrixRow
+from scripts.validation.matrix.rows import CASES
+from scripts.validation.matrix.tasks import MatrixCase, inputs, max_abs_error
 
 # Small models: a 64 MiB KV cache instead of 30% of the node (allocating that is most of a start-up)
 ENGINE_DEFAULTS = {"kv_cache_memory_bytes": 64 << 20}
@@ -75,12 +75,12 @@ def use_task(llm, task: str) -> None:
     llm.pooling_task = task
 
 
-def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
+def run_case(case: MatrixCase, runners: tuple[str, ...] | None = None) -> list[MatrixRow]:
     """Every (task, runner) row of ``case``: one engine per runner
     (``vllm_runner``: the runner asserted, ``case.default_runner`` by vLLM's default
     choice, V1 by ``VLLM_USE_V2_MODEL_RUNNER=0``), every task through it.
     Never raises: a row that cannot run fails with its reason."""
-    rows: list[Row] = []
+    rows: list[MatrixRow] = []
     model = refs = None
     setup_wall, setup_cpu = time.perf_counter(), cpu_time()
     try:
@@ -126,13 +126,13 @@ def run_case(case: Case, runners: tuple[str, ...] | None = None) -> list[Row]:
         seconds, cpu = wall / max(1, len(case.tasks)), cpu / max(1, len(case.tasks))
         for t in case.tasks:
             value, reason = results[t.name]
-            rows.append(Row(f"{case.id}/{t.name}/{runner}", case.family, case.architecture, t.name, runner,
-                            ran, prep, case.prep, t.reference_label, "max abs error", value, t.tolerance,
-                            reason is None, seconds, reason, case.known_fault, cpu))
+            rows.append(MatrixRow(f"{case.id}/{t.name}/{runner}", case.family, case.architecture, t.name,
+                                  runner, ran, prep, case.prep, t.reference_label, "max abs error", value,
+                                  t.tolerance, reason is None, seconds, reason, case.known_fault, cpu))
     return rows
 
 
-def run_row(row_id: str) -> Row:
+def run_row(row_id: str) -> MatrixRow:
     """One real-weight or MTEB row (``minilm-embed/MRV2``, ``mteb-sts/V1``...)."""
     check_id, runner = row_id.split("/")
     task, metric, tol, reference, measure = REAL[check_id]
@@ -146,9 +146,9 @@ def run_row(row_id: str) -> Row:
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    return Row(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, ran,
-               None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
-               reason is None, time.perf_counter() - start, reason, None, cpu_time() - start_cpu)
+    return MatrixRow(row_id, "real weights (all-MiniLM-L6-v2)", "BertModel", task, runner, ran,
+                     None, "STS-B test sentences, MiniLM tokenizer", reference, metric, value, tol,
+                     reason is None, time.perf_counter() - start, reason, None, cpu_time() - start_cpu)
 
 
 def main(argv=None) -> int:
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     engine_env()
     start, start_cpu = time.perf_counter(), cpu_time()
     print(f"MRV2 input preparation on this machine: {expected_input_preparation()}", flush=True)
-    rows: list[Row] = []
+    rows: list[MatrixRow] = []
     with environ(VLLM_ENABLE_V1_MULTIPROCESSING="1" if args.processes else "0"):
         for i, c in enumerate(cases, 1):
             print(f"[{i}/{len(cases)}] {c.id} ({c.architecture}); load average {os.getloadavg()[0]:.1f}", flush=True)
@@ -186,11 +186,11 @@ def main(argv=None) -> int:
             print(f"[real] {row_id}; load average {os.getloadavg()[0]:.1f}", flush=True)
             rows.append(run_row(row_id))
             print(f"  {rows[-1].seconds:.1f} s wall, {rows[-1].cpu_seconds:.1f} s CPU", flush=True)
-    selections = matrix_report.selector_rows() if everything or args.update else []
+    selections = report.selector_rows() if everything or args.update else []
     wall = time.perf_counter() - start
     print(f"matrix: {wall:.0f} s wall, {cpu_time() - start_cpu:.0f} s CPU, load average now "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    matrix_report.write(rows, selections, wall, update=args.update)
+    report.write(rows, selections, wall, update=args.update)
     failed = [r for r in rows + selections if not r.passed]
     print(f"{len(rows) + len(selections) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0

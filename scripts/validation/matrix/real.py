@@ -2,7 +2,7 @@
 sentence-transformers and transformers) and MTEB STS rows (STS-B test through
 ``mteb``: sentence-transformers against the engine through mteb's
 ``VllmEncoderWrapper``). ``REAL`` holds each check's measure, run by
-``scripts.validation.matrix.run_row`` on each runner of ``RUNNER_CHOICE``."""
+``scripts.validation.matrix.runner.run_row`` on each runner of ``RUNNER_CHOICE``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import functools
 import os
 
 from scripts.common.environ import environ
+from scripts.validation.checkpoints.models import minilm_path, sts_test
 from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner, close_llm,
                                        embed, engine_env, forward, l2_normalize, rowwise_cosine, runner_in_use,
                                        st_embed, vllm_runner)
-from scripts.validation.matrix_tasks import max_abs_error
-from scripts.validation.models import minilm_path, sts_test
+from scripts.validation.matrix.tasks import max_abs_error
 
 
 def minilm_embed(runner: str) -> tuple[float, str]:
