@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                         build_tree(base, flavor, Path(tmp))
                 print(f"line {base.line} clean: {len(read_series(base.dir / 'series'))} patches, numbers "
                       f"accounted for, DEP-3 headers complete and consistent, mapped tests on upstream's names, "
-                      f"applies strictly to {', '.join(base.artifacts)}")
+                      f"touched files formatted as upstream's, applies strictly to {', '.join(base.artifacts)}")
             for p in problems:
                 print(f"error: {p}", file=sys.stderr)
             return 1 if problems else 0
