@@ -57,6 +57,10 @@ from tests.e2e.server_faults import QUERY, check_faults, check_shared_request_id
 TOL = 1e-5
 LATE_INTERACTION_TOL = 1e-4  # docs/validation.md: against transformers
 EMPTY_STATE = {"cached_queries": [], "query_uses": {}, "pending_docs": 0}
+# wait_for: how often it looks, and when it gives up on an event that does not come
+# (a hang guard only: a correct server brings each event in seconds)
+POLL = 0.05
+HANG_GUARD = 600.0
 
 
 def offline(model, fn):
@@ -400,9 +404,35 @@ class TestColbertServer:
 
     def test_disconnects_in_the_middle_of_rerank_leave_nothing(self, colbert_server, sentences):
         """100 clients send a 64-document /rerank and hang up at a random
-        point (0 to 1.5 s after sending); afterwards the worker holds no
-        cached query and no pending document, and the server still answers
-        correctly."""
+        point (0 to 1.5 s after sending); once the server has dealt with
+        them, the worker holds no cached query and no pending document, and
+        the server still answers correctly.
+
+        Where a hang-up lands (preprocessing, the query in the engine, the
+        documents, after the answer) is up to the machine; what the server
+        must do then is not. The test waits for events of the product, in
+        this order, never for a length of time:
+
+        1. the server has finished the 100 exchanges: the prometheus
+           instrumentator's ``http_requests_total`` of /rerank (``/metrics``)
+           has grown by 100. Each handler has then returned or been
+           cancelled (``with_cancellation`` cancels it before it answers),
+           so none submits anything any more; all that can still run is
+           what a cancelled handler left on purpose: 0.26.0's encode task
+           (patch 0033: it submits the query at once, with nothing to wait
+           for outside the event loop, and scores the documents to the
+           end), 0.32.0's cleanup (it aborts the request and releases the
+           query by key);
+        2. a follow-up /rerank is answered, correctly: the engine schedules
+           requests first come first served, so every query submitted
+           before the follow-up's has been encoded (and cached) or aborted
+           by then: from now on the worker can only release;
+        3. the worker holds nothing: the release, which can no longer be a
+           moment before a query arrives.
+
+        Each wait ends on its event however long the machine takes; its
+        only limit is a hang guard (``wait_for``), whose expiry fails the
+        test: a query the server never releases fails it there."""
         server, ref = colbert_server
         body = json.dumps({"model": server.served_model(), "query": QUERY,
                            "documents": sentences[100:164]}).encode()
@@ -417,16 +447,41 @@ class TestColbertServer:
                 time.sleep(delay)
             # closing here: the server sees the client go away wherever it is
 
-        with ThreadPoolExecutor(20) as pool:
-            list(pool.map(hang_up, delays))
-        deadline = time.monotonic() + 120
-        while (state := server.late_interaction_state()) != EMPTY_STATE and time.monotonic() < deadline:
-            time.sleep(1)
-        assert state == EMPTY_STATE
+        with requests.Session() as session:
+            before = handled_requests(session, server, "/rerank")
+            with ThreadPoolExecutor(20) as pool:
+                list(pool.map(hang_up, delays))
+            wait_for(f"the server to finish the 100 /rerank exchanges (http_requests_total from {before:.0f} "
+                     f"to {before + 100:.0f})",
+                     lambda: handled_requests(session, server, "/rerank"), lambda handled: handled >= before + 100)
         r = post(server, "/rerank", {"model": server.served_model(), "query": QUERY, "documents": ref["docs"]})
         assert r.status_code == 200
         assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in r.json()["results"]) <= TOL
+        wait_for("the worker to release every query and document the hung-up clients left",
+                 server.late_interaction_state, lambda state: state == EMPTY_STATE)
         assert server.late_interaction_state() == EMPTY_STATE
+
+
+def handled_requests(session: requests.Session, server, handler: str) -> float:
+    """The HTTP requests to ``handler`` the server has finished (answered,
+    or given up when the client went away): ``http_requests_total`` of its
+    ``/metrics``, summed over methods and statuses."""
+    text = session.get(server.url("/metrics"), timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("http_requests_total{") and f'handler="{handler}"' in line)
+
+
+def wait_for(what: str, observe, done):
+    """Observe (``observe()``) until ``done`` holds for what is seen, and
+    return it: waiting for an event of the product, however long the machine
+    takes. ``HANG_GUARD`` seconds without it fail the test, naming ``what``
+    and the last observation."""
+    guard = time.monotonic() + HANG_GUARD
+    while not done(seen := observe()):
+        if time.monotonic() > guard:
+            pytest.fail(f"hang guard ({HANG_GUARD:.0f} s): waited in vain for {what}; last seen: {seen!r}")
+        time.sleep(POLL)
+    return seen
 
 
 def late_interaction_shared_id_cases(model_dir, sentences) -> list:
