@@ -59,7 +59,7 @@ help:
 	@echo "make tree         $(LINE_BUILD)/vllm = the line's base + series: the tree its jobs and tests import"
 	@echo "make lint         ruff on scripts/, tests/, setup.py; then for every line: patches/, its series, numbers, DEP-3 headers,"
 	@echo "                  mapped tests on upstream's names, strict apply to both flavors"
-	@echo "make lint-line    one line's part of make lint (LINE=), its tests map collected with the line's venv and tree"
+	@echo "make lint-line    one line's part of make lint (LINE=), its tests map collected with the line's venv, wheel and tree"
 	@echo "make wheel        the $(FLAVOR) wheel in dist/"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
@@ -120,9 +120,11 @@ lint: env
 	@for line in $$($(PYTHON) -m scripts.series.lines list); do \
 		$(MAKE) --no-print-directory LINE=$$line VENV=.venv-$$line lint-line || exit 1; done
 
-# One line's series lint; its tests map is collected by pytest with the line's own venv
-# and applied tree (the tests import the vllm of their line).
-lint-line: env tree
+# One line's series lint; its tests map is collected by pytest with the line's own venv,
+# its wheel installed and its applied tree (the tests import the vllm of their line, whose
+# platform detection needs the installed distribution: without it vLLM picks no platform
+# and loads the AVX-512 kernels, which kill the process on a CPU without AVX-512).
+lint-line: install tree
 	$(LINE_RUN) $(PY) -m scripts.series lint
 
 # The build's file-by-file output goes to .build/logs/wheel-<flavor>.log (its tail

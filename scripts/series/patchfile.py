@@ -392,6 +392,10 @@ def lint_tests_map(names: list[str], tests_toml: Path, collect: bool = False) ->
                                "-p", "no:cacheprovider", *files],
                               cwd=REPO, env={**os.environ, "VDIST_LINE": tests_toml.parent.name},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode not in (0, 5):  # a crash or a collection error: say so, not "not collected" for each
+            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+            return problems + [f"{tests_toml.name}: pytest could not collect the mapped tests "
+                               f"(exit {proc.returncode}); its output ends:\n{tail}"]
         collected = set(re.findall(r"(?m)^(tests/\S+::\S+?)(?:\[.*\])?$", proc.stdout))
         problems += [f"{tests_toml.name}: {node} is not collected by pytest"
                      for node in ids if node not in collected]

@@ -396,8 +396,11 @@ def test_lint_layout_names_a_patch_left_outside_a_line(tmp_path):
         "patches/<line>/) and list it in that line's series"]
 
 
-def test_lint_checks_the_tests_map(patches_dir):
-    """A line's tests.toml names patches of the series, and its node ids are collected."""
+def test_lint_checks_the_tests_map(tmp_path):
+    """A line's tests.toml names patches of the series, and its node ids are
+    collected (pytest runs for the line the directory is named after)."""
+    patches_dir = tmp_path / line_names()[0]
+    patches_dir.mkdir()
     (patches_dir / "0001-a.patch").write_text(HEADER.format(desc="a") + "---\ndiff --git a/x b/x\n")
     (patches_dir / "series").write_text("0001-a.patch\n")
     (patches_dir / "tests.toml").write_text(
@@ -407,6 +410,21 @@ def test_lint_checks_the_tests_map(patches_dir):
     assert lint_tests_map(["0001-a.patch", "0009-gone.patch"], patches_dir / "tests.toml",
                               collect=True) == [
         "tests.toml: tests/tooling/test_series.py::test_no_such_test is not collected by pytest"]
+
+
+def test_lint_says_when_the_tests_map_cannot_be_collected(patches_dir, monkeypatch):
+    """pytest dying while it collects (an extension module killed by SIGILL,
+    exit 132 as the shell reports it) is one problem with pytest's last
+    words, not every mapped test "not collected"."""
+    import subprocess
+
+    (patches_dir / "tests.toml").write_text(
+        '[tests]\n"0001-a.patch" = ["tests/tooling/test_series.py::test_lint_checks_the_tests_map"]\n')
+    died = subprocess.CompletedProcess([], 132, stdout="collecting ...\nFatal Python error: Illegal instruction\n")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: died)
+    assert lint_tests_map(["0001-a.patch"], patches_dir / "tests.toml", collect=True) == [
+        "tests.toml: pytest could not collect the mapped tests (exit 132); its output ends:\n"
+        "collecting ...\nFatal Python error: Illegal instruction"]
 
 
 # --- the real series on the real base -------------------------------------------------
