@@ -63,7 +63,7 @@ def worker_probe(worker) -> dict:
     from vllm.triton_utils import importing
 
     try:
-        # the 0.26.0 line's namespace swap or the 0.32.0 line's dispatcher overrides
+        # the 0.26.0 line's runner class attributes or the 0.32.0 line's dispatcher overrides
         native = input_preparation_kind(worker) == "native"
     except ImportError:
         native = None  # a series without patch 0008

@@ -39,9 +39,12 @@ def _unformatted(root: Path, paths: list[str]) -> set[str]:
         return set()
     proc = subprocess.run([sys.executable, "-m", "ruff", *RUFF_FORMAT, "--check", "--output-format", "concise", *paths],
                           cwd=root, capture_output=True, text=True)
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"ruff format --check failed to run: {proc.stderr.strip()}")
-    return set(re.findall(r"^(\S+?):\d+:\d+: unformatted:", proc.stdout, re.M))
+    unformatted = set(re.findall(r"^(\S+?):\d+:\d+: unformatted:", proc.stdout, re.M))
+    # 1 means "would reformat" only with the files named; else ruff did not run
+    if proc.returncode not in (0, 1) or (proc.returncode == 1) != bool(unformatted):
+        raise RuntimeError(f"ruff format --check did not run (exit {proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return unformatted
 
 
 def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "cpu") -> list[str]:
@@ -50,9 +53,10 @@ def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "
     one problem each naming the file, the patches that change it and the fix.
 
     ``patches_dir`` is the line's directory (``base.dir`` by default). Builds
-    a scratch tree of just those files: the base wheel's versions (``fetch``,
-    cached), then the whole series applied with ``git apply``. Raises
-    ``PatchDoesNotApply`` if the series does not apply."""
+    a scratch tree of the files the series touches: the base wheel's versions
+    (``fetch``, cached), then the whole series applied with ``git apply``.
+    Raises ``PatchDoesNotApply`` if the series does not apply, and
+    ``RuntimeError`` if ruff does not run."""
     patches_dir = Path(patches_dir) if patches_dir is not None else base.dir
     touched = {p: names for p, names in touched_files(patches_dir).items() if p.endswith(".py")}
     wheel = fetch(base.artifact(flavor))
@@ -61,10 +65,12 @@ def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "
         run_git(["init", "-q"], cwd=root)
         with zipfile.ZipFile(wheel) as zf:
             names = set(zf.namelist())
+            # every file the series touches (so that whole patches apply); .py ones are checked
+            for path in touched_files(patches_dir):
+                if path in names:
+                    (root / path).parent.mkdir(parents=True, exist_ok=True)
+                    (root / path).write_bytes(zf.read(path))
             in_base = [p for p in touched if p in names]
-            for path in in_base:
-                (root / path).parent.mkdir(parents=True, exist_ok=True)
-                (root / path).write_bytes(zf.read(path))
         formatted_on_base = set(in_base) - _unformatted(root, in_base)
         for name in read_series(patches_dir / "series"):
             apply_patch(patches_dir / name, root)

@@ -61,7 +61,8 @@ def _tree_line(out: Path, asked: str | None) -> str | None:
 
 
 def lint_line(line: str | None = None, collect: bool = True) -> list[str]:
-    """Everything ``python -m scripts.series lint`` checks without applying:
+    """Everything ``python -m scripts.series lint`` checks short of applying
+    the series to whole trees:
     ``patches/`` itself (``lint_layout``), the line's series (``lint``), its
     tests map with every node id collected (``collect``) and reaching the
     behaviour through names the line's unpatched base defines

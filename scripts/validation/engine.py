@@ -110,7 +110,8 @@ def input_preparation_kind(worker) -> str:
     ``"native"`` (patch 0008's native CPU kernels, no usable Triton),
     ``"triton-interpreter"`` (``TRITON_INTERPRET=1``, patch 0001) or
     ``"triton"`` (compiled Triton kernels). On the 0.26.0 line the runner's
-    class attributes say it (``block_tables_cls``: ``NativeBlockTables``);
+    class attributes say it (``block_tables_cls``: ``NativeBlockTables``; a
+    V1 runner has none and prepares no MRV2 inputs);
     from 0.32.0 on the native kernels are overrides registered with upstream's
     dispatcher (``KERNEL_OVERRIDES``), installed when every kernel they name
     is a ``KernelOverride`` in the worker."""
@@ -120,7 +121,8 @@ def input_preparation_kind(worker) -> str:
     from vllm.v1.worker.cpu import input_preparation
 
     if hasattr(input_preparation, "NativeBlockTables"):
-        native = issubclass(worker.model_runner.block_tables_cls, input_preparation.NativeBlockTables)
+        block_tables_cls = getattr(type(worker.model_runner), "block_tables_cls", None)
+        native = block_tables_cls is not None and issubclass(block_tables_cls, input_preparation.NativeBlockTables)
     else:
         from vllm.triton_utils.dispatcher import KernelOverride
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+import pytest
+
 from scripts.series.formatting import lint_formatting
 from tests.conftest import FAKE_FILES
 
@@ -52,3 +54,23 @@ def test_unformatted_new_file_is_named(fake_base, patches_dir):
     (problem,) = lint_formatting(base, patches_dir)
     assert problem.startswith("vllm/new_module.py: ")
     assert "(added by 0001-new.patch)" in problem
+
+
+def test_ruff_that_does_not_run_is_an_error(fake_base, patches_dir, monkeypatch):
+    """Exit 1 with no file named is ruff failing to start, not a clean series."""
+    import subprocess
+
+    from scripts.series import formatting
+
+    config = FAKE_FILES["vllm/config.py"]
+    write_patch(patches_dir, "0001-ok.patch", "vllm/config.py", config, config + "EXTRA = [1, 2]\n")
+    base, _ = fake_base
+    gone = subprocess.CompletedProcess([], 1, stdout="", stderr="No module named ruff")
+    real_run = subprocess.run
+
+    def run(cmd, *args, **kwargs):  # ruff only; git runs as it does
+        return gone if "ruff" in cmd else real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(formatting.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match=r"ruff format --check did not run \(exit 1\): No module named ruff"):
+        lint_formatting(base, patches_dir)

@@ -8,9 +8,12 @@ MRV2's CPU runner prepares a pooling step with (``cpu_step_api``: on the
 0.26.0 line the runner's class attributes, set by patch 0008 to native state
 classes and functions; from 0.31.0 on MRV2's own, whose launches upstream's
 kernel dispatcher sends to the overrides the CPU platform registers, as the
-worker does) through the calls of a pooling step, in the runner's order (``GPUModelRunner.add_requests``,
-``update_requests``, ``prepare_inputs``, ``prepare_attn``,
-``postprocess_num_computed_tokens``), for an encoder-only model (no KV-cache
+worker does) through the calls a pooling step makes, written out here in
+the order ``GPUModelRunner``'s ``add_requests``, ``update_requests``,
+``prepare_inputs``, ``prepare_attn`` and ``postprocess_num_computed_tokens``
+make them (that the runner itself calls through these seams is shown by the
+engine runs without Triton: the matrix rows and the smoke job on MRV2), for
+an encoder-only model (no KV-cache
 group), a decoder (one group, a chunked prompt and a prefix-cache hit) and a
 decoder with sliding-window and full-attention layers (two groups: the fused
 staged writes). Each step's buffers are checked against values computed
@@ -95,6 +98,22 @@ def cpu_step_api():
         return CPUModelRunner.request_state_cls, CPUModelRunner.block_tables_cls, CPUModelRunner
     assert not hasattr(CPUModelRunner, "request_state_cls")
     return RequestState, BlockTables, ib
+
+
+@pytest.mark.line("0.26.0")
+def test_input_preparation_kind_reads_the_runner_class():
+    """What the smoke job and the bench report: native for the CPU MRV2 runner
+    here; a V1 runner (no ``block_tables_cls``) prepares no MRV2 inputs."""
+    from types import SimpleNamespace
+
+    from scripts.validation.engine import input_preparation_kind
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner as V1CPUModelRunner
+
+    def worker(cls):
+        return SimpleNamespace(model_runner=object.__new__(cls))
+
+    assert input_preparation_kind(worker(CPUModelRunner)) == "native"
+    assert input_preparation_kind(worker(V1CPUModelRunner)) == "triton"
 
 
 @pytest.mark.line("0.26.0")
