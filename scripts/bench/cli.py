@@ -148,6 +148,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--line: two lines with one name")
     if args.quick:
         args.limit, args.reps, args.colbert_reps, args.overhead_budget = args.limit or 256, 1, 1, 0.1
+    # The systems' hosts run in another directory (scripts.bench.host), so a
+    # relative interpreter (make bench passes .venv-bench/bin/python) is made
+    # absolute here; abspath, not resolve: a venv's python is a symlink to the
+    # base interpreter, and following it would leave the venv.
+    args.peers_python = os.path.abspath(args.peers_python)
+    if args.infinity != "none":
+        args.infinity = os.path.abspath(args.infinity)
     return args
 
 

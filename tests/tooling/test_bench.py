@@ -239,7 +239,7 @@ import os, sys
 
 class PathProbe:
     def info(self):
-        return {"sys_path": [os.path.abspath(p or os.getcwd()) for p in sys.path]}
+        return {"sys_path": [os.path.abspath(p or os.getcwd()) for p in sys.path], "prefix": sys.prefix}
 """
 
 
@@ -252,6 +252,29 @@ def test_a_host_imports_only_from_its_pythonpath(tmp_path):
     try:
         assert str(REPO) not in system.info["sys_path"]
         assert system.info["sys_path"][0] == str(tmp_path)
+    finally:
+        system.close()
+
+
+def test_a_relative_peers_interpreter_starts_hosts_in_their_own_directory(tmp_path, monkeypatch):
+    # make bench passes --peers-python .venv-bench/bin/python, relative to the repository, and
+    # a host runs in its PYTHONPATH's directory: the interpreter must still be found, and be the
+    # venv's (its symlink kept, so the host's sys.prefix is the venv)
+    from scripts.bench.cli import parse_args
+
+    venv = tmp_path / "repo" / ".venv-peers"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.chdir(tmp_path / "repo")
+    args = parse_args(["--peers-python", ".venv-peers/bin/python", "--infinity", ".venv-peers/bin/infinity_emb"])
+    assert args.peers_python == str(venv / "bin" / "python")
+    assert args.infinity == str(venv / "bin" / "infinity_emb")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "scripts").symlink_to(REPO / "scripts")
+    (tmp_path / "elsewhere" / "pathprobe.py").write_text(PATH_PROBE)
+    system = System("probe", Spec("pathprobe:PathProbe", python=args.peers_python,
+                                  pythonpath=str(tmp_path / "elsewhere"))).start()
+    try:
+        assert system.info["prefix"] == str(venv)
     finally:
         system.close()
 
