@@ -10,6 +10,7 @@ polling per 1,000 sentences embedded (all-MiniLM-L6-v2, issue 27)."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import time
@@ -43,6 +44,31 @@ def test_a_busy_loop_that_is_no_number_of_seconds_is_refused_naming_the_variable
             minilm_engine_config()
 
 
+@contextlib.contextmanager
+def _queue_with_reader(target):
+    """A message queue written here and read by ``target(handle, results)`` in
+    a spawned process with the environment the CPU platform gives the engine's
+    processes (the engine's readers are made by ``MessageQueue.create_from_handle``
+    there); yields the writer, ready, and the queue ``target`` puts its results on."""
+    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
+
+    with mock.patch.dict(os.environ):
+        os.environ.pop(VAR, None)
+        minilm_engine_config()  # the CPU platform sets the readers' environment
+        writer = MessageQueue(n_reader=1, n_local_reader=1)
+        context = multiprocessing.get_context("spawn")
+        results = context.Queue()
+        reader = context.Process(target=target, args=(writer.export_handle(), results))
+        reader.start()
+    try:
+        writer.wait_until_ready()
+        yield writer, results
+    finally:
+        reader.join(timeout=30)
+        if reader.is_alive():
+            reader.kill()
+
+
 def _reader(handle, results):
     """A reader of ``handle``'s queue in a process of its own: reads the first
     message, then measures the CPU seconds it spends in the next ``dequeue``,
@@ -63,26 +89,11 @@ def test_a_reader_waiting_after_a_read_blocks_instead_of_polling():
     a reader that has just read and waits 1.5 s for the next message spends
     (almost) no CPU in that wait. With upstream's 1 s busy loop it spends
     about a second (every core it can get, polling with ``sched_yield``)."""
-    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
-
-    with mock.patch.dict(os.environ):
-        os.environ.pop(VAR, None)
-        minilm_engine_config()  # the CPU platform sets the readers' environment
-        writer = MessageQueue(n_reader=1, n_local_reader=1)
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        reader = context.Process(target=_reader, args=(writer.export_handle(), results))
-        reader.start()
-    try:
-        writer.wait_until_ready()
+    with _queue_with_reader(_reader) as (writer, results):
         writer.enqueue("step 1")
         time.sleep(WAIT_S)  # the reader reads the first message at once, then waits for this one
         writer.enqueue("step 2")
         first, second, cpu_s = results.get(timeout=120)
-    finally:
-        reader.join(timeout=30)
-        if reader.is_alive():
-            reader.kill()
     assert (first, second) == ("step 1", "step 2")
     assert cpu_s < 0.15, f"the waiting reader spent {cpu_s:.2f} CPU-s polling in a {WAIT_S} s wait"
 
@@ -106,26 +117,11 @@ def test_a_blocked_reader_reads_a_message_whose_notification_was_lost():
     still be on its way). A reader that blocks instead of polling still reads a
     message whose notification never came, within its re-check interval, not
     never (0.26.0: the engine hung) or after 5 s (0.32.0's re-check)."""
-    from vllm.distributed.device_communicators.shm_broadcast import MessageQueue
-
-    with mock.patch.dict(os.environ):
-        os.environ.pop(VAR, None)
-        minilm_engine_config()
-        writer = MessageQueue(n_reader=1, n_local_reader=1)
-        context = multiprocessing.get_context("spawn")
-        results = context.Queue()
-        reader = context.Process(target=_reader_of_unannounced_message, args=(writer.export_handle(), results))
-        reader.start()
-    try:
-        writer.wait_until_ready()
+    with _queue_with_reader(_reader_of_unannounced_message) as (writer, results):
         time.sleep(WAIT_S)  # the reader is blocked on its notification socket
         with mock.patch.object(writer._spin_condition, "notify"):  # the notification is lost
             writer.enqueue("step 1")
         message, waited_s = results.get(timeout=120)
-    finally:
-        reader.join(timeout=30)
-        if reader.is_alive():
-            reader.kill()
     assert message == "step 1"
     assert waited_s < WAIT_S + 1.0, f"the message was read {waited_s - WAIT_S:.2f} s after it was written"
 
