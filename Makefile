@@ -45,7 +45,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree lint lint-line wheel wheels install smoke gpu-smoke bench bench-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -72,6 +72,8 @@ help:
 	@echo "                  scaling, pooling overhead, vllm serve and infinity-emb under load (reports/bench.*;"
 	@echo "                  BENCH_ARGS=--quick for a short run; docs/benchmarks.md)"
 	@echo "make bench-env    the bench's own venvs: $(BENCH_VENV) (the peers) and $(INFINITY_VENV) (infinity-emb)"
+	@echo "make deploy-env   $(DEPLOY_VENV): the line's cpu wheel installed as README's CPU recipe installs it, nothing"
+	@echo "                  else; make bench runs vLLM's engines from it (BENCH_LINES=\"--line NAME=VENV ...\" for others)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both); a report,"
@@ -200,9 +202,28 @@ $(INFINITY_VENV)/.installed: requirements/bench-infinity.txt
 
 bench-env: $(BENCH_VENV)/.installed $(INFINITY_VENV)/.installed
 
-bench: install tree bench-env
+# vLLM as a user installs it (README, "Install": the CPU recipe): the line's wheel in a
+# venv of its own with the base wheel's requirements and nothing else, so that the
+# engines the bench measures do not import the test tools of the line's venv
+# (sentence-transformers, mteb: transformers imports scikit-learn, pandas and SciPy
+# wherever they are installed). make bench runs vLLM's engines and vllm serve from it.
+DEPLOY_VENV ?= .venv-$(LINE)-deploy
+$(DEPLOY_VENV)/.installed: $(WHEEL_cpu) $(VENV)/.installed
+	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install --progress-bar off -c $(LINE_BUILD)/constraints.txt torch
+	$(DEPLOY_VENV)/bin/python -m pip install --progress-bar off -c $(LINE_BUILD)/constraints.txt \
+		-r $(LINE_BUILD)/requirements-base.txt
+	$(DEPLOY_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall $(WHEEL_cpu)
+	touch $@
+
+deploy-env: $(DEPLOY_VENV)/.installed
+
+# BENCH_LINES: the lines whose engines run (--line NAME=VENV, repeatable); default the
+# line's deployed wheel.
+BENCH_LINES ?= --line $(LINE)=$(DEPLOY_VENV)
+bench: install tree bench-env deploy-env
 	$(LINE_RUN) $(PY) -m scripts.bench --peers-python $(BENCH_VENV)/bin/python \
-		--infinity $(INFINITY_VENV)/bin/infinity_emb $(BENCH_ARGS)
+		--infinity $(INFINITY_VENV)/bin/infinity_emb $(BENCH_LINES) $(BENCH_ARGS)
 
 # The whole validation matrix; MATRIX_CASES=id,id and/or MATRIX_ROWS=id,id for a subset
 # (python -m scripts.validation.matrix --list).

@@ -185,7 +185,7 @@ def summary(results: dict) -> str:
     lines += [f"- {_describe(n, i)}" for n, i in systems.items()]
     if settings:
         lines.append(f"- each system is a process of its own: CPU-s per call sums user+system time of all its "
-                     f"processes (vLLM: front end, engine core, worker) from the request to {1.1} s after the "
+                     f"processes (vLLM: front end with the engine core, worker) from the request to {1.1} s after the "
                      "answer; peak RSS sums each process's VmHWM (an upper bound: shared pages count in each)")
     if "run_seconds" in results:
         lines.append(f"run time: {results['run_seconds'] / 60:.1f} min")

@@ -198,13 +198,13 @@ def open_llm(model: str, runner: str = "default", **kwargs):
                    enforce_eager=True, seed=0)
     options.update(kwargs)
     select_runner(runner)
-    if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
-        # An engine still open in this process has had vLLM cache its environment
-        # variables (EngineCore enables the cache; closing an engine clears it):
-        # this engine must read its own runner choice.
-        from vllm import envs
+    # An engine still open in this process (its engine core runs here by default on
+    # the CPU, patch 0055, or with VLLM_ENABLE_V1_MULTIPROCESSING=0) has had vLLM
+    # cache its environment variables (EngineCore enables the cache; closing an
+    # engine clears it): this engine must read its own runner choice.
+    from vllm import envs
 
-        envs.disable_envs_cache()
+    envs.disable_envs_cache()
     return LLM(model=str(model), **options)
 
 
