@@ -49,7 +49,7 @@ def test_the_variable_the_user_set_decides(real_config, minilm, monkeypatch, val
     assert LLMEngine.multiprocess_mode(real_config(minilm, "pooling")) is separate
 
 
-def test_workers_in_the_callers_process_keep_the_engine_core_there_too(real_config, minilm, monkeypatch):
+def test_a_uni_executor_asked_for_becomes_mp_with_the_engine_core_in_the_caller(real_config, minilm, monkeypatch):
     """``distributed_executor_backend="uni"`` with the variable unset: the CPU
     platform moves the worker to the ``mp`` executor (upstream's rule: OpenMP
     needs the worker in its own process), and the engine core stays with the
