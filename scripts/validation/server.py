@@ -105,6 +105,9 @@ class VllmServer:
         if probe:
             self.env["VLLM_SERVER_DEV_MODE"] = "1"
             self.cmd += ["--worker-extension-cls", PROBE]
+        self.api_key = api_key
+        if api_key is not None:
+            self.cmd += ["--api-key", api_key]
         self.cmd += list(args)
         self.proc: subprocess.Popen | None = None
         self._log_file = None
@@ -200,11 +203,16 @@ class VllmServer:
         """Full URL of ``path`` (``/v1/embeddings``) on this server."""
         return self.base_url + path
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers a client of this server sends: the API key, if it has one."""
+        return {} if self.api_key is None else {"Authorization": f"Bearer {self.api_key}"}
+
     def served_model(self) -> str:
         """The model name the server answers to (``GET /v1/models``)."""
         import requests
 
-        (model,) = requests.get(self.url("/v1/models"), timeout=30).json()["data"]
+        (model,) = requests.get(self.url("/v1/models"), headers=self.headers, timeout=30).json()["data"]
         return model["id"]
 
     def worker(self, method: str, timeout: float = 120.0) -> list:
@@ -213,7 +221,8 @@ class VllmServer:
         ``ServerError`` for a non-200 answer."""
         import requests
 
-        r = requests.post(self.url("/collective_rpc"), json={"method": method}, timeout=timeout)
+        r = requests.post(self.url("/collective_rpc"), json={"method": method}, headers=self.headers,
+                          timeout=timeout)
         if r.status_code != 200:
             raise ServerError(f"/collective_rpc {method}: {r.status_code} {r.text[:500]}")
         return r.json()["results"]

@@ -62,7 +62,7 @@ def fault_cases(model: str, serves: set[str], max_len: int, pooling_tasks: dict[
             (e, {**good, **EMPTY[e]}, "empty input", 400, [EMPTY_MESSAGE[e]]),
             (e, {**good, **TOO_LONG[e]}, "over max_model_len", 400, [f"maximum context length is {max_len} tokens"]),
             (e, {**good, "model": "no-such-model"}, "wrong model", 404, ["The model `no-such-model` does not exist"]),
-            (e, json.dumps(good).encode()[:-5], "malformed JSON", 400, ["JSON decode error"]),
+            (e, json.dumps(good).encode()[:-5], "malformed JSON", 400, ["The request body is not valid JSON"]),
         ]
         if e not in ENCODES:
             cases.append((e, {**good, "encoding_format": "base64"}, "base64", 400,
