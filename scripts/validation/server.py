@@ -75,10 +75,13 @@ class VllmServer:
     Output goes to ``log`` (default ``.build/logs/server-<name>.log``).
     Defaults match the offline engines of ``scripts.validation.engine.open_llm``: fp32,
     eager, seed 0; ``--gpu-memory-utilization`` is ``gpu_memory_utilization``
-    (``SERVER_MEMORY_UTILIZATION`` by default)."""
+    (``SERVER_MEMORY_UTILIZATION`` by default). ``api_key``: the server is started
+    with ``--api-key`` and this object's own calls (``served_model``, ``worker``)
+    send it (``headers``)."""
 
     def __init__(self, model, *args: str, name: str | None = None, runner: str = "default",
                  executable: str | None = None, env: dict | None = None, probe: bool = True,
+                 api_key: str | None = None,
                  log: Path | None = None, start_timeout: float = 900.0,
                  gpu_memory_utilization: float = SERVER_MEMORY_UTILIZATION):
         if runner not in RUNNER_ENV:
