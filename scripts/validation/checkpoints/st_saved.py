@@ -65,10 +65,12 @@ def save_st(dest: Path, pooling_mode="mean", *, dense: tuple[int, str] | None = 
 
 
 def save_cross_encoder(dest: Path, activation: str | None = "Identity", num_labels: int = 1,
-                       max_length: int | None = None) -> Path:
+                       max_length: int | None = None, prompts: dict[str, str] | None = None,
+                       default_prompt_name: str | None = None) -> Path:
     """A ``CrossEncoder`` on a tiny ``BertForSequenceClassification`` with
     ``activation_fn=torch.nn.<activation>()`` (None: sentence-transformers'
-    default), saved to ``dest``."""
+    default), ``prompts`` and ``default_prompt_name`` (``predict`` puts the
+    default prompt before each pair's first text), saved to ``dest``."""
     dest = Path(dest)
     if _done(dest):
         return dest
@@ -78,7 +80,57 @@ def save_cross_encoder(dest: Path, activation: str | None = "Identity", num_labe
     backbone = make_tiny_bert(CE_BACKBONE.with_name(f"{CE_BACKBONE.name}-{num_labels}"), "seq_cls",
                               num_labels=num_labels, classifier_scale=20.0)
     activation_fn = getattr(torch.nn, activation)() if activation else None
-    model = CrossEncoder(str(backbone), device="cpu", activation_fn=activation_fn, max_length=max_length)
+    model = CrossEncoder(str(backbone), device="cpu", activation_fn=activation_fn, max_length=max_length,
+                         prompts=prompts, default_prompt_name=default_prompt_name)
+    with atomic_dir(dest) as tmp:
+        model.save(str(tmp))
+    return dest
+
+
+def save_sparse(dest: Path, pooling_strategy: str = "max", activation_function: str = "relu",
+                max_seq_length: int | None = None, similarity_fn_name: str | None = None,
+                mlm_transformer: bool = True) -> Path:
+    """A ``SparseEncoder`` of MLMTransformer(tiny ``BertForMaskedLM``) (or, with
+    ``mlm_transformer=False``, the ``Transformer(transformer_task="fill-mask")``
+    sentence-transformers 6 prefers) + SpladePooling(``pooling_strategy`` "max"
+    or "sum", ``activation_function`` "relu" or "log1p_relu"), saved to ``dest``
+    (``1_SpladePooling/config.json``)."""
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling, Transformer
+
+    backbone = make_tiny_bert(BACKBONE.with_name("tiny-bert-mlm"), "mlm")
+    transformer = (MLMTransformer(str(backbone), max_seq_length=max_seq_length) if mlm_transformer else
+                   Transformer(str(backbone), max_seq_length=max_seq_length, transformer_task="fill-mask"))
+    modules = [transformer,
+               SpladePooling(pooling_strategy=pooling_strategy, activation_function=activation_function)]
+    model = SparseEncoder(modules=modules, device="cpu", similarity_fn_name=similarity_fn_name)
+    with atomic_dir(dest) as tmp:
+        model.save(str(tmp))
+    return dest
+
+
+def save_router(dest: Path, out_features: int = 64) -> Path:
+    """An asymmetric ``SentenceTransformer``: Transformer(tiny BERT) +
+    Pooling(mean) + ``Router.for_query_document`` with a Dense(128 ->
+    ``out_features``) per route (default route "document") + Normalize, saved
+    to ``dest`` (the routes' modules nested in ``2_Router/``)."""
+    dest = Path(dest)
+    if _done(dest):
+        return dest
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Router, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    backbone = make_tiny_bert(BACKBONE, "base")
+    torch.manual_seed(2)
+    transformer = Transformer(str(backbone))
+    dim = transformer.get_embedding_dimension()
+    router = Router.for_query_document([Dense(dim, out_features)], [Dense(dim, out_features)])
+    model = SentenceTransformer(modules=[transformer, Pooling(dim, "mean"), router, Normalize()], device="cpu")
     with atomic_dir(dest) as tmp:
         model.save(str(tmp))
     return dest
@@ -141,10 +193,22 @@ def st_similarity(model_dir: Path, first: list[str], second: list[str]):
     return np.asarray(model.similarity_pairwise(a, b).tolist(), dtype=np.float64)
 
 
-def ce_predict(model_dir: Path, pairs: list[tuple[str, str]]):
-    """``CrossEncoder(model_dir).predict(pairs)`` on the CPU, float64 (N,) for one label."""
+def ce_predict(model_dir: Path, pairs: list[tuple[str, str]], **kwargs):
+    """``CrossEncoder(model_dir).predict(pairs, **kwargs)`` on the CPU, float64
+    (N,) for one label."""
     import numpy as np
     from sentence_transformers import CrossEncoder
 
     model = CrossEncoder(str(model_dir), device="cpu")
-    return np.asarray(model.predict(pairs, convert_to_numpy=True), dtype=np.float64)
+    return np.asarray(model.predict(pairs, convert_to_numpy=True, **kwargs), dtype=np.float64)
+
+
+def sparse_encode(model_dir: Path, sentences: list[str]):
+    """``SparseEncoder(model_dir).encode(sentences)`` on the CPU, dense fp32
+    numpy (N, vocabulary size)."""
+    import numpy as np
+    from sentence_transformers import SparseEncoder
+
+    model = SparseEncoder(str(model_dir), device="cpu")
+    out = model.encode(sentences, convert_to_tensor=True, convert_to_sparse_tensor=False)
+    return np.asarray(out.to_dense() if out.is_sparse else out, dtype=np.float32)

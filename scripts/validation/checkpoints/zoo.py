@@ -173,6 +173,7 @@ TINY_BERT_HEADS = {
     "base": "BertModel",
     "seq_cls": "BertForSequenceClassification",
     "token_cls": "BertForTokenClassification",
+    "mlm": "BertForMaskedLM",
 }
 
 
