@@ -142,8 +142,26 @@ def test_default_prompt_is_applied_to_text_offline(models, texts, prompted_expec
     np.testing.assert_allclose(scores, expected["scores"], rtol=0, atol=TOL)
 
 
-def test_server_serves_the_dense_model_with_its_default_prompt(models, texts, prompted_expected):
+KEY = "st-key"
+LIMITS = {"inputs": 8, "tokens": 850, "body": 16384}
+
+
+@pytest.fixture(scope="module")
+def guarded_server(models):
+    """``vllm serve`` of the Dense model as an operator would run it in front of
+    clients (issue 38, patches 0056-0058): with an API key and small request
+    limits (8 inputs, 850 tokens, 16,384 body bytes); default runner."""
+    with VllmServer(models["cls_dense_dot"], "--max-inputs-per-request", str(LIMITS["inputs"]),
+                    "--max-tokens-per-request", str(LIMITS["tokens"]),
+                    "--max-request-body-bytes", str(LIMITS["body"]),
+                    name="st-cls-dense", api_key=KEY) as server:
+        assert server.runner() == "MRV2"
+        yield server
+
+
+def test_server_serves_the_dense_model_with_its_default_prompt(guarded_server, texts, prompted_expected):
     expected = prompted_expected
+    server = guarded_server
 
     def vectors(response, key):
         assert response.status_code == 200, response.text
@@ -151,26 +169,91 @@ def test_server_serves_the_dense_model_with_its_default_prompt(models, texts, pr
         rows = data[key]["float"] if key == "embeddings" else [d[key] for d in data["data"]]
         return np.asarray(rows, dtype=np.float32)
 
-    with VllmServer(models["cls_dense_dot"], name="st-cls-dense") as server:
-        assert server.runner() == "MRV2"
+    def post(path, body):
+        return requests.post(server.url(path), json=body, headers=server.headers, timeout=120)
 
-        def post(path, body):
-            return requests.post(server.url(path), json=body, timeout=120)
+    got = vectors(post("/v1/embeddings", {"input": texts, "truncate_prompt_tokens": -1}), "embedding")
+    np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+    got = vectors(post("/pooling", {"input": texts, "task": "embed", "truncate_prompt_tokens": -1}), "data")
+    np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+    # Cohere: no input_type is the default prompt, an input_type its own prompt
+    cohere = {"texts": texts, "embedding_types": ["float"], "truncate": "END"}
+    got = vectors(post("/v2/embed", cohere), "embeddings")
+    np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
+    got = vectors(post("/v2/embed", {**cohere, "input_type": "document"}), "embeddings")
+    np.testing.assert_allclose(got, expected["document"], rtol=0, atol=TOL)
+    # token ids are embedded as they are
+    got = vectors(post("/v1/embeddings", {"input": expected["text_ids"]}), "embedding")
+    np.testing.assert_allclose(got, expected["none"], rtol=0, atol=TOL)
+    r = post("/score", {"queries": QUERY, "documents": DOCS})
+    assert r.status_code == 200, r.text
+    scores = [d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
+    np.testing.assert_allclose(scores, expected["scores"], rtol=0, atol=TOL)
 
-        got = vectors(post("/v1/embeddings", {"input": texts, "truncate_prompt_tokens": -1}), "embedding")
-        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
-        got = vectors(post("/pooling", {"input": texts, "task": "embed", "truncate_prompt_tokens": -1}), "data")
-        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
-        # Cohere: no input_type is the default prompt, an input_type its own prompt
-        cohere = {"texts": texts, "embedding_types": ["float"], "truncate": "END"}
-        got = vectors(post("/v2/embed", cohere), "embeddings")
-        np.testing.assert_allclose(got, expected["default"], rtol=0, atol=TOL)
-        got = vectors(post("/v2/embed", {**cohere, "input_type": "document"}), "embeddings")
-        np.testing.assert_allclose(got, expected["document"], rtol=0, atol=TOL)
-        # token ids are embedded as they are
-        got = vectors(post("/v1/embeddings", {"input": expected["text_ids"]}), "embedding")
-        np.testing.assert_allclose(got, expected["none"], rtol=0, atol=TOL)
-        r = post("/score", {"queries": QUERY, "documents": DOCS})
-        assert r.status_code == 200, r.text
-        scores = [d["score"] for d in sorted(r.json()["data"], key=lambda d: d["index"])]
-        np.testing.assert_allclose(scores, expected["scores"], rtol=0, atol=TOL)
+
+# ------------------------------------------------------------------ API key and request limits (0056-0058)
+
+# every pooling route of an embedding model, with a body of n inputs
+def _bodies(n: int, text: str) -> dict[str, dict]:
+    docs = [text] * n
+    return {"/v1/embeddings": {"input": docs}, "/pooling": {"input": docs, "task": "embed"},
+            "/v2/embed": {"texts": docs, "embedding_types": ["float"]},
+            "/invocations": {"input": docs}, "/score": {"queries": QUERY, "documents": docs},
+            "/v1/score": {"queries": QUERY, "documents": docs}, "/rerank": {"query": QUERY, "documents": docs},
+            "/v1/rerank": {"query": QUERY, "documents": docs}, "/v2/rerank": {"query": QUERY, "documents": docs}}
+
+
+def test_the_key_guards_every_route_but_the_probes(guarded_server):
+    server = guarded_server
+    for path, body in {**_bodies(1, DOCS[0]), "/tokenize": {"prompt": QUERY},
+                       "/detokenize": {"tokens": [101, 102]}}.items():
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            r = requests.post(server.url(path), json=body, headers=headers, timeout=60)
+            assert r.status_code == 401, (path, r.status_code)
+            assert "'Authorization: Bearer <key>'" in r.json()["error"]["message"]
+        r = requests.post(server.url(path), json=body, headers=server.headers, timeout=60)
+        assert r.status_code == 200, (path, r.text)
+    for path in ("/metrics", "/v1/models", "/docs", "/openapi.json", "/load"):
+        assert requests.get(server.url(path), timeout=60).status_code == 401, path
+        assert requests.get(server.url(path), headers=server.headers, timeout=60).status_code == 200, path
+    for path in ("/health", "/ping", "/version"):
+        assert requests.get(server.url(path), timeout=60).status_code == 200, path
+
+
+def test_request_limits_on_every_pooling_route(guarded_server, texts):
+    server = guarded_server
+    long_text = texts[-1]  # about 400 tokens: truncated to the model's 128
+
+    def post(path, body):
+        return requests.post(server.url(path), json=body, headers=server.headers, timeout=120)
+
+    for path, body in _bodies(LIMITS["inputs"] + 1, "a cat").items():
+        r = post(path, body)
+        assert r.status_code == 400, (path, r.text)
+        # a bi-encoder embeds a score or rerank request's query as an input of its own
+        inputs = LIMITS["inputs"] + 1 + ("query" in body or "queries" in body)
+        assert r.json()["error"]["message"].startswith(
+            f"This request has {inputs} inputs, more than this server's limit of {LIMITS['inputs']} per request"), path
+        assert "--max-inputs-per-request" in r.json()["error"]["message"]
+    # 8 inputs of 128 tokens (the prompt and the truncated text): 1,024 tokens; with
+    # a query, 7 such documents and the query (about 12 tokens): about 908
+    for path, body in _bodies(LIMITS["inputs"], long_text).items():
+        if "query" in body or "queries" in body:
+            body = _bodies(LIMITS["inputs"] - 1, long_text)[path]
+        body = {**body, "truncate_prompt_tokens": -1} if "texts" not in body else {**body, "truncate": "END"}
+        r = post(path, body)
+        assert r.status_code == 400, (path, r.text)
+        message = r.json()["error"]["message"]
+        assert f"more than this server's limit of {LIMITS['tokens']} per request" in message, (path, message)
+        assert "--max-tokens-per-request" in message
+    r = post("/v1/embeddings", {"input": ["x" * (LIMITS["body"] + 1000)]})
+    assert r.status_code == 413
+    assert "--max-request-body-bytes" in r.json()["error"]["message"]
+    # a malformed body names the field
+    r = post("/v1/embeddings", {"input": ["a cat", 5]})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "body.input.1"
+    # and the server serves the next request
+    r = post("/v1/embeddings", {"input": ["a cat"] * LIMITS["inputs"]})
+    assert r.status_code == 200
+    assert len(r.json()["data"]) == LIMITS["inputs"]
