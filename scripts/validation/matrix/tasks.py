@@ -18,7 +18,7 @@ from scripts.validation.checkpoints.models import sts_test
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
             "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
-            "transformers backend", "multimodal")
+            "transformers backend", "multimodal", "mixture of experts")
 
 
 @dataclass(frozen=True)
