@@ -249,10 +249,17 @@ def test_request_limits_on_every_pooling_route(guarded_server, texts):
     r = post("/v1/embeddings", {"input": ["x" * (LIMITS["body"] + 1000)]})
     assert r.status_code == 413
     assert "--max-request-body-bytes" in r.json()["error"]["message"]
-    # a malformed body names the field
-    r = post("/v1/embeddings", {"input": ["a cat", 5]})
+    # a malformed body names the field, on /invocations too (0063: before, a list of
+    # Python type names there), and a body nested too deep for the decoder says it is
+    # no JSON (a 500 there before)
+    for path in ("/v1/embeddings", "/invocations"):
+        r = post(path, {"input": ["a cat", 5]})
+        assert r.status_code == 400, (path, r.text)
+        assert r.json()["error"]["param"] == "body.input.1", (path, r.text)
+    r = requests.post(server.url("/invocations"), data=b'{"input":' + b"[" * 5000 + b"]" * 5000 + b"}",
+                      headers={**server.headers, "Content-Type": "application/json"}, timeout=120)
     assert r.status_code == 400
-    assert r.json()["error"]["param"] == "body.input.1"
+    assert r.json()["error"]["message"].startswith("The request body is not valid JSON (")
     # and the server serves the next request
     r = post("/v1/embeddings", {"input": ["a cat"] * LIMITS["inputs"]})
     assert r.status_code == 200

@@ -94,7 +94,20 @@ def test_the_key_opens_the_guarded_routes(keyed_app):
 def test_preflight_and_a_trailing_slash_of_a_probe(keyed_app):
     assert keyed_app.get("/version/").status_code != 401
     assert keyed_app.get("/version").json()["version"].startswith("0.32.0")
-    assert keyed_app.options("/v1/embeddings").status_code != 401
+    # a CORS preflight (Origin and Access-Control-Request-Method) goes to the CORS middleware
+    preflight = {"Origin": "https://client.example", "Access-Control-Request-Method": "POST"}
+    assert keyed_app.options("/v1/embeddings", headers=preflight).status_code != 401
+
+
+def test_an_options_request_that_is_no_preflight_needs_the_key(keyed_app):
+    # /metrics is a mounted app that answers every method: OPTIONS without the key
+    # returned the metrics before
+    for path in [path for _, path in _paths(keyed_app) if path not in OPEN]:
+        for headers in ({}, {"Origin": "https://client.example"}):
+            response = keyed_app.options(path, headers=headers)
+            assert response.status_code == 401, (path, headers, response.status_code)
+    keyed = keyed_app.options("/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    assert keyed.status_code == 200 and "# TYPE" in keyed.text  # the Prometheus text
 
 
 def test_metrics_open_only_when_exempted(minilm):

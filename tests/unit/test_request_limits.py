@@ -170,3 +170,20 @@ def test_a_body_that_is_not_json_says_so(app):
     assert response.json()["error"]["message"] == (
         "The request body is not valid JSON (Expecting value at character 13); send a JSON object with the "
         "fields of this endpoint.")
+
+
+# ------------------------------------------------------------------ 0063
+
+@pytest.mark.parametrize("body", [
+    b'{"input": [1,',  # a syntax error
+    b'\xff{"input": "a"}',  # not UTF-8
+    b'{"input": ' + b"[" * 5000 + b"]" * 5000 + b"}",  # deeper than the decoder's recursion limit: 500 before
+], ids=["syntax", "not-utf8", "nested-5000"])
+def test_an_invocations_body_that_is_not_json_says_so(minilm, body):
+    app = _app(minilm, [])
+    response = app.post("/invocations", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["message"].startswith("The request body is not valid JSON (")
+    assert error["message"].endswith("; send a JSON object with the fields of this endpoint.")
+    assert error["param"] == "body"
