@@ -119,7 +119,7 @@ def test_bert_saved_by_transformers_5_reads_its_tokenizer_max_length(real_config
     assert real_config(str(short), "pooling").model_config.max_model_len == 128
 
 
-def test_rotary_positions_are_not_offset(tmp_path):
+def test_rotary_positions_are_not_offset():
     from transformers import XLMRobertaConfig
 
     from vllm.transformers_utils.model_arch_config_convertor import MODEL_ARCH_CONFIG_CONVERTORS
