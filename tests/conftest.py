@@ -69,15 +69,21 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """Deselect the tests marked ``line(...)`` that do not name the line under
     test (``scripts.series.lines.get_line()``: ``make LINE=`` exports it as
-    ``VDIST_LINE``). Deselected, not skipped: pytest reports them as
+    ``VDIST_LINE``), and those marked ``cpu_from_sdist`` unless the line's cpu
+    flavor is compiled from the sdist (``make CPU_FROM=sdist``, or base.toml's
+    ``[build.cpu] from``). Deselected, not skipped: pytest reports them as
     deselected, never as passed."""
+    from scripts.series.base import load_base
     from scripts.series.lines import get_line
 
     line = get_line().name
+    from_sdist = load_base(line).build("cpu").source == "sdist"
     keep, drop = [], []
     for item in items:
         marks = list(item.iter_markers("line"))
-        (drop if marks and not any(line in mark.args for mark in marks) else keep).append(item)
+        wrong_line = marks and not any(line in mark.args for mark in marks)
+        wrong_source = item.get_closest_marker("cpu_from_sdist") is not None and not from_sdist
+        (drop if wrong_line or wrong_source else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

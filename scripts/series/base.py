@@ -132,6 +132,40 @@ class DebianPackage:
 
 
 @dataclass(frozen=True)
+class ThirdPartySource:
+    """A source tree a build step would clone, pinned as
+    ``[third-party.<name>]`` in ``base.toml``: ``filename`` (a tarball in
+    ``third_party_dir()``) with its ``sha256``, its one top folder ``top``,
+    and ``cmake``, the CMake variable (read from the environment as well)
+    that hands the unpacked tree to the build instead of a clone
+    (``FETCHCONTENT_SOURCE_DIR_ONEDNN``)."""
+
+    name: str
+    filename: str
+    sha256: str
+    top: str
+    cmake: str
+
+
+@dataclass(frozen=True)
+class FlavorBuild:
+    """How a flavor's compiled extensions are obtained (``[build.<flavor>]``
+    in ``base.toml``; ``scripts.series.source_build``): ``source`` is
+    ``"wheel"`` (from the flavor's pinned wheel, ``Base.artifact``) or
+    ``"sdist"`` (compiled from ``Base.release_sdist()``), with the
+    third-party sources and the Debian build packages (headers, link
+    libraries) the compilation needs."""
+
+    flavor: str
+    source: str
+    third_party: tuple[ThirdPartySource, ...] = ()
+    packages: tuple[DebianPackage, ...] = ()
+
+
+BUILD_SOURCES = ("wheel", "sdist")
+
+
+@dataclass(frozen=True)
 class Base:
     """The upstream release a line's series applies to, the series revision,
     the torch the line installs (``torch``: a version for ``pip install
@@ -151,6 +185,7 @@ class Base:
     upstream: dict[str, UpstreamSources] = field(default_factory=dict)
     line: str = ""
     dir: Path | None = None
+    builds: dict[str, FlavorBuild] = field(default_factory=dict)
 
     @property
     def dist_version(self) -> str:
@@ -172,7 +207,8 @@ class Base:
         (``vllm/triton_utils/importing.py``) read ``version("vllm")`` and look
         for ``"cpu"`` in it: that is how an installed CPU build finds the CPU
         platform. ``BaseError`` for an unknown flavor."""
-        self.artifact(flavor)  # BaseError for an unknown flavor
+        if flavor not in self.flavors:
+            self.artifact(flavor)  # BaseError naming the flavors there are
         return self.dist_version if flavor == "cuda" else f"{self.dist_version}.{flavor}"
 
     def artifact(self, flavor: str) -> Artifact:
@@ -206,7 +242,7 @@ class Base:
         as ``auditwheel show`` reads them. ``BaseError`` for an unknown
         flavor, a tag that is not ``manylinux_<major>_<minor>_<arch>``, or a
         package of another architecture than the base wheel."""
-        base_tag = self.artifact(flavor).tags[2]
+        base_tag = self.artifact(flavor).tags[2] if self.build(flavor).source == "wheel" else host_platform()
         _, arch = manylinux_glibc(base_tag)
         best = base_tag
         for pkg in self.bundled.get(flavor, []):
@@ -224,8 +260,49 @@ class Base:
         """The python, ABI and platform tags of our ``flavor`` wheel: the base
         wheel's python and ABI tags, ``wheel_platform``. Its file name
         (``wheel_name``) and its WHEEL ``Tag:`` (``setup.py``) both carry them."""
-        python, abi, _ = self.artifact(flavor).tags
+        if self.build(flavor).source == "wheel":
+            python, abi, _ = self.artifact(flavor).tags
+        else:  # upstream's setup.py builds every extension for the stable ABI (USE_SABI 3)
+            python, abi = "cp38", "abi3"
         return python, abi, self.wheel_platform(flavor)
+
+    def build(self, flavor: str) -> FlavorBuild:
+        """How ``flavor`` is obtained: its ``[build.<flavor>]`` table, with
+        ``$VDIST_BUILD_<FLAVOR>`` (``wheel`` or ``sdist``) overriding its
+        ``from`` for one run (``make CPU_FROM=sdist``); ``"wheel"`` when the
+        line has no such table. ``BaseError`` for an unknown source, a flavor
+        set to ``sdist`` without a build table, or one set to ``wheel``
+        without a pinned wheel."""
+        build = self.builds.get(flavor, FlavorBuild(flavor, "wheel"))
+        source = os.environ.get(f"VDIST_BUILD_{flavor.upper()}") or build.source
+        if source not in BUILD_SOURCES:
+            raise BaseError(f"flavor {flavor}: unknown source {source!r} (VDIST_BUILD_{flavor.upper()} or "
+                            f"base.toml's [build.{flavor}] from): use one of {', '.join(BUILD_SOURCES)}")
+        if source == "sdist" and flavor not in self.builds:
+            raise BaseError(f"line {self.line or self.version} has no [build.{flavor}] table: base.toml says "
+                            f"nothing of how to compile the {flavor} flavor from the sdist")
+        if source == "wheel" and flavor not in self.artifacts:
+            raise BaseError(f"line {self.line or self.version} pins no {flavor} wheel ([artifacts.{flavor}]): "
+                            f"its {flavor} flavor is compiled from the sdist ([build.{flavor}] from = \"sdist\")")
+        return FlavorBuild(flavor, source, build.third_party, build.packages)
+
+    @property
+    def flavors(self) -> tuple[str, ...]:
+        """Every flavor the line builds: those with a pinned wheel and those
+        compiled from the sdist (``[build.<flavor>]``), in ``FLAVORS`` order."""
+        return tuple(f for f in FLAVORS if f in self.artifacts or f in self.builds)
+
+    def release_sdist(self) -> UpstreamSources:
+        """The ``[upstream-sources.<name>]`` that pins the sdist of the base's
+        own release (``vllm-<version>.tar.gz``): what a flavor built from
+        source compiles and where upstream's own tests come from.
+        ``BaseError`` when ``base.toml`` pins none."""
+        for _, sources in sorted(self.upstream.items()):
+            if sources.version == self.version and sources.filename.endswith(".tar.gz"):
+                return sources
+        raise BaseError(
+            f"base.toml of line {self.line or self.version} pins no sdist of vLLM {self.version} under "
+            f"[upstream-sources.*] (it pins {sorted(s.filename for s in self.upstream.values()) or 'none'})")
 
     def torch_requirement(self) -> str:
         """``torch==<torch>``: the constraint every install of the line's
@@ -235,6 +312,21 @@ class Base:
             raise BaseError(f"base.toml of line {self.line or self.version} has no [torch] version: "
                             "name the torch its environment installs")
         return f"torch=={self.torch}"
+
+
+def host_platform() -> str:
+    """The PEP 600 tag of what this machine builds: ``manylinux_<glibc>_<arch>``
+    of its own glibc (Debian 12: ``manylinux_2_36_x86_64``). A flavor compiled
+    here is linked against this glibc and needs no more than it; its wheel
+    carries this tag (``Base.wheel_platform``), and ``setup.py`` checks every
+    binary against it (``scripts.series.bundled.check_wheel_platform``)."""
+    import platform
+
+    name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+    if name != "glibc":
+        raise BaseError(f"this machine's C library is {name}, not glibc: a manylinux wheel cannot be built here")
+    major, minor = version.split(".")[:2]
+    return f"manylinux_{major}_{minor}_{platform.machine()}"
 
 
 def manylinux_glibc(tag: str) -> tuple[tuple[int, int], str]:
@@ -278,9 +370,23 @@ def load_base(line: str | Path | None = None) -> Base:
     upstream = {name: UpstreamSources("sdist", a["project"], a["version"], a["filename"], a["sha256"],
                                       tuple(a["tests"]))
                 for name, a in data.get("upstream-sources", {}).items()}
+    third_party = {name: ThirdPartySource(name, t["filename"], t["sha256"], t["top"], t["cmake"])
+                   for name, t in data.get("third-party", {}).items()}
+    packages = {name: DebianPackage(name, p["package"], p["version"], p["architecture"], p["pool"],
+                                    p["filename"], p["sha256"], dict(p.get("files", {})), p.get("platform", ""))
+                for name, p in data.get("build-packages", {}).items()}
+    builds = {}
+    for flavor, b in data.get("build", {}).items():
+        try:
+            builds[flavor] = FlavorBuild(flavor, b.get("from", "wheel"),
+                                         tuple(third_party[n] for n in b.get("third-party", [])),
+                                         tuple(packages[n] for n in b.get("packages", [])))
+        except KeyError as e:
+            raise BaseError(f"{path}: [build.{flavor}] names {e.args[0]!r}, which no [third-party.*] or "
+                            "[build-packages.*] table pins") from None
     return Base(version, data["base"]["released"], series["label"], int(series["revision"]), artifacts, bundled,
                 torch=data.get("torch", {}).get("version", ""), upstream=upstream,
-                line=path.parent.name, dir=path.parent)
+                line=path.parent.name, dir=path.parent, builds=builds)
 
 
 def upstream_sources(name: str, line: str | Path | None = None) -> UpstreamSources:
@@ -300,6 +406,12 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("VDIST_CACHE", Path.home() / ".cache" / "vllm-mrv2pool"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def third_party_dir() -> Path:
+    """Where pinned third-party source tarballs are kept (``[third-party.*]``):
+    ``$VDIST_THIRD_PARTY`` or ``../shared/third_party`` beside the repository."""
+    return Path(os.environ.get("VDIST_THIRD_PARTY", REPO.parent / "shared" / "third_party"))
 
 
 def sha256_file(path: Path) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from scripts.series.base import Base, fetch
 from scripts.series.patchfile import Patch, read_series
+from scripts.series.source_build import is_build_patch
 from scripts.series.tree import apply_patch, run_git
 
 # vLLM's pyproject.toml: [tool.ruff] line-length = 88, ruff format's defaults
@@ -73,7 +74,8 @@ def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "
             in_base = [p for p in touched if p in names]
         formatted_on_base = set(in_base) - _unformatted(root, in_base)
         for name in read_series(patches_dir / "series"):
-            apply_patch(patches_dir / name, root)
+            if not is_build_patch(patches_dir / name):  # the sdist's files, not the wheel's
+                apply_patch(patches_dir / name, root)
         checked = [p for p in touched if (root / p).exists() and (p in formatted_on_base or p not in names)]
         bad = _unformatted(root, checked)
     return [f"{path}: `ruff {' '.join(RUFF_FORMAT)}` would reformat it as the series leaves it "

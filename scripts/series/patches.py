@@ -42,6 +42,7 @@ from scripts.series.lines import LineError, get_line
 from scripts.series.patchfile import (Patch, PatchDoesNotApply, SeriesError, applied_upstream, lint, lint_layout,
                                       lint_tests_map, read_series)
 from scripts.series.refresh import new, refresh
+from scripts.series.source_build import check_build_patches
 from scripts.series.tree import (apply_patch, apply_series, build_tree, extract_base, inputs_digest, stamped_flavor,
                                  stamped_line, tree_digest, tree_state)
 
@@ -157,9 +158,12 @@ def main(argv: list[str] | None = None) -> int:
                 for flavor in base.artifacts:
                     with tempfile.TemporaryDirectory(dir=BUILD, prefix="lint-") as tmp:
                         build_tree(base, flavor, Path(tmp))
+                with tempfile.TemporaryDirectory(dir=BUILD, prefix="lint-") as tmp:
+                    build = check_build_patches(base, Path(tmp))
                 print(f"line {base.line} clean: {len(read_series(base.dir / 'series'))} patches, numbers "
                       f"accounted for, DEP-3 headers complete and consistent, mapped tests on upstream's names, "
-                      f"touched files formatted as upstream's, applies strictly to {', '.join(base.artifacts)}")
+                      f"touched files formatted as upstream's, applies strictly to {', '.join(base.artifacts)}"
+                      + (f"; build patches ({len(build)}) to the sdist" if build else ""))
             for p in problems:
                 print(f"error: {p}", file=sys.stderr)
             return 1 if problems else 0

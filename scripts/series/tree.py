@@ -9,68 +9,16 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.common.paths import REPO
-from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.base import Base, extract_wheel, load_base
 from scripts.series.bundled import bundled_files
-from scripts.series.diff import parse_diff
-from scripts.series.patchfile import Patch, PatchDoesNotApply, SeriesError, line_dir, read_series
-
-
-def run_git(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """``git <args>`` in ``cwd`` as a plain tool on a plain directory (text
-    output captured). Raises ``SeriesError`` with git's stderr when it fails
-    and ``check``."""
-    # GIT_CEILING_DIRECTORIES keeps git from finding this repository above a
-    # staging tree: `git apply` must treat the tree as a plain directory.
-    # The user's git configuration (signing, excludes, autocrlf) must not
-    # change what the tooling computes.
-    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(Path(cwd).resolve().parent),
-               LC_ALL="C", GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1")
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if check and proc.returncode != 0:
-        raise SeriesError(f"git {' '.join(args)} failed in {cwd}:\n{proc.stderr}")
-    return proc
-
-
-def failing_hunk(patch: Path, git_stderr: str) -> str:
-    """The ``@@ ... @@`` header of the hunk git reports as failing, with its file."""
-    m = re.search(r"patch failed: (\S+):(\d+)", git_stderr)
-    if not m:
-        m2 = re.search(r"error: (\S+): (No such file or directory|does not exist in index|already exists)", git_stderr)
-        return f"file {m2.group(1)}: {m2.group(2)}" if m2 else git_stderr.strip()
-    path, line = m.group(1), int(m.group(2))
-    for fd in parse_diff(Patch.read(patch).diff):
-        if (fd.new or fd.old) == path:
-            for hunk in fd.hunks:
-                if hunk.old_start == line:
-                    return f"{path}: hunk {hunk.header}"
-    return f"{path}: hunk at line {line}"
-
-
-def apply_patch(patch: Path, root: Path) -> None:
-    """Apply one patch strictly to ``root``; ``PatchDoesNotApply`` names the hunk.
-
-    The check runs first, so a failing patch changes nothing in ``root``.
-    A header-only patch (just made by ``new``) changes nothing.
-    """
-    if not Patch.read(patch).diff:
-        return
-    proc = run_git(["apply", "--check", "--verbose", str(patch)], cwd=root, check=False)
-    if proc.returncode != 0:
-        raise PatchDoesNotApply(
-            f"patch {patch.name} does not apply: {failing_hunk(patch, proc.stderr)}\n"
-            f"git apply said:\n{proc.stderr.strip()}\n"
-            "Its context lines no longer match the base plus the patches before it "
-            "in the line's series: fix them in the patch file (git apply --verbose "
-            "shows where it fails), then apply again."
-        )
-    run_git(["apply", str(patch)], cwd=root)
+from scripts.series.gitapply import apply_patch, failing_hunk, run_git  # noqa: F401  (re-exported)
+from scripts.series.patchfile import SeriesError, line_dir, read_series
+from scripts.series.source_build import flavor_digest, flavor_wheel, is_build_patch
 
 
 def version_file(version: str) -> str:
@@ -94,18 +42,22 @@ def extract_base(wheel: Path, dest: Path, version: str) -> Path:
 
 def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
                patches_dir: Path | None = None) -> Path:
-    """Extract the base of ``flavor`` into ``dest``, add the flavor's bundled
+    """Extract the base of ``flavor`` (``flavor_wheel``: the pinned wheel, or the
+    one compiled from the sdist) into ``dest``, add the flavor's bundled
     libraries under ``vllm/libs/`` (``scripts.series.bundled``: tcmalloc for
     cpu) and apply ``names`` (the whole series of ``patches_dir``, the
-    base's line by default) in order. Returns ``dest/vllm``."""
+    base's line by default) in order, build patches left out (they changed
+    the sdist the flavor was compiled from: ``is_build_patch``). Returns
+    ``dest/vllm``."""
     patches_dir = _patches_of(base, patches_dir)
-    wheel = fetch(base.artifact(flavor))
+    wheel = flavor_wheel(base, flavor)
     tree = extract_base(wheel, dest, base.flavor_version(flavor))
     for name, data in bundled_files(base, flavor).items():
         (tree / "libs").mkdir(exist_ok=True)
         (tree / "libs" / name).write_bytes(data)
     for name in read_series(patches_dir / "series") if names is None else names:
-        apply_patch(patches_dir / name, dest)
+        if not is_build_patch(patches_dir / name):  # a build patch changes the sdist, not the package
+            apply_patch(patches_dir / name, dest)
     return tree
 
 
@@ -115,11 +67,12 @@ def _patches_of(base: Base, patches_dir: Path | None) -> Path:
 
 
 def inputs_digest(base: Base, flavor: str, patches_dir: Path | None = None) -> str:
-    """sha256 over what a tree is made of: the base artifact's pinned digest,
+    """sha256 over what a tree is made of: the base's binaries (``flavor_digest``:
+    the pinned wheel's digest, or the inputs of the build from the sdist),
     the distribution version, the bundled packages' digests and files, the
     series and every patch in it (``patches_dir``: the base's line by default)."""
     patches_dir = _patches_of(base, patches_dir)
-    h = hashlib.sha256(f"{base.artifact(flavor).sha256}\0{base.flavor_version(flavor)}\0".encode())
+    h = hashlib.sha256(f"{flavor_digest(base, flavor)}\0{base.flavor_version(flavor)}\0".encode())
     for pkg in base.bundled.get(flavor, []):
         h.update(f"{pkg.sha256}\0{sorted(pkg.files.items())}\0".encode())
     names = read_series(patches_dir / "series")

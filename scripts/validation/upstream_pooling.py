@@ -151,15 +151,13 @@ class Verdict:
 
 def release_sdist(base: Base) -> tuple[str, UpstreamSources]:
     """The ``[upstream-sources.<name>]`` of ``base`` that pins the source
-    distribution of the base's own release (``vllm-<version>.tar.gz``), with
+    distribution of the base's own release (``Base.release_sdist``), with
     its name. Raises ``UpstreamTestsError`` when ``base.toml`` pins none."""
-    for name, sources in sorted(base.upstream.items()):
-        if sources.version == base.version and sources.filename.endswith(".tar.gz"):
-            return name, sources
-    raise UpstreamTestsError(
-        f"base.toml of line {base.line} pins no sdist of vLLM {base.version} under [upstream-sources.*] "
-        f"(it pins {sorted(s.filename for s in base.upstream.values()) or 'none'}): upstream's tests run "
-        "from the sdist of the line's own release")
+    try:
+        sources = base.release_sdist()
+    except BaseError as e:
+        raise UpstreamTestsError(f"{e}: upstream's tests run from the sdist of the line's own release") from None
+    return next(name for name, s in base.upstream.items() if s is sources), sources
 
 
 def read_sdist(sdist: Path) -> dict[str, bytes]:

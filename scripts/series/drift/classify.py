@@ -19,6 +19,7 @@ from scripts.series.base import Base, extract_wheel, fetch, load_base
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
 from scripts.series.patchfile import Patch, SeriesError, applied_upstream, line_dir, read_series
+from scripts.series.source_build import is_build_patch
 from scripts.series.tree import apply_patch, run_git
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
@@ -247,7 +248,7 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
         scopes: Path | None = ours
         for name in names:
             results.append(classify(patches_dir / name, root, target_version, scopes))
-            if scopes is not None:
+            if scopes is not None and not is_build_patch(patches_dir / name):  # ours: the wheel's files
                 try:
                     apply_patch(patches_dir / name, ours)
                 except SeriesError:  # our series does not apply (being edited): no scopes past it

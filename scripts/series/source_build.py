@@ -1,0 +1,394 @@
+"""A flavor compiled from the base's sdist: its extensions built as upstream's
+``setup.py`` builds them, with this machine's toolchain and nothing fetched
+at build time, cached by the digest of every input.
+
+A line's ``base.toml`` says how each flavor is obtained (``[build.<flavor>]``,
+``Base.build``): from its pinned wheel, or ``from = "sdist"``: compiled from
+the sdist of the base's own release (``Base.release_sdist``). For the latter,
+``flavor_wheel`` returns a wheel made here that takes the place of the
+pinned one everywhere (the applied trees of ``scripts.series.tree``,
+``setup.py``):
+
+1. the toolchain: ``g++`` on ``PATH``; ``cmake`` and ``ninja`` in the building
+   Python's environment (both are its requirements, requirements/dev.txt);
+2. the sdist, fetched and verified as every base artifact, unpacked;
+3. the line's *build patches* applied to it strictly (``build_patches``: the
+   patches whose files all lie outside the ``vllm/`` package, such as
+   ``cmake/`` and ``csrc/``; they never apply to a package tree);
+4. the third-party source trees (``[third-party.*]``: tarballs in
+   ``third_party_dir()``, verified) unpacked, each handed to CMake through the
+   variable that replaces its clone (``FETCHCONTENT_SOURCE_DIR_ONEDNN``);
+5. the Debian build packages (``[build-packages.*]``: ``numa.h``,
+   ``libnuma.so``) fetched as bundled packages are and unpacked, on the
+   compiler's ``CPATH`` and ``LIBRARY_PATH``;
+6. ``pip wheel --no-build-isolation --no-index`` on the patched sdist with
+   ``VLLM_TARGET_DEVICE=<flavor>``: upstream's ``setup.py`` runs CMake and
+   Ninja, ``MAX_JOBS`` jobs. ``FETCHCONTENT_FULLY_DISCONNECTED=ON``, pip
+   without an index, ``GIT_ALLOW_PROTOCOL=file`` and an offline cargo make any
+   attempt to clone or download fail (``OFFLINE_ENV``).
+
+The work directory is ``<cache>/builds/<flavor>-<version>-<digest>/``
+(``scripts.series.base.cache_dir``), shared by every clone on the machine:
+a build whose ``built.json`` is there is not run again; a failed one resumes
+where Ninja stopped. ``build_digest`` covers the sdist, the build patches,
+the third-party sources, the Debian packages, the compiler, CMake, the
+Python tag and torch of the building environment, and ``RECIPE``. The
+build's output goes to ``reports/logs/build-<flavor>.log`` (and the work
+directory's ``build.log``); progress (Ninja's ``[n/N]``) is printed every
+5 %. A failure raises ``SourceBuildError`` naming the step, the file and the
+fix.
+
+Command line::
+
+    python -m scripts.series.source_build [--line L] [--flavor cpu] [--jobs N] [--if-sdist]
+
+prints the built wheel's path (building it when its inputs changed);
+``--if-sdist`` builds only where the line (or ``VDIST_BUILD_<FLAVOR>``) says
+the flavor comes from the sdist (``make wheel`` runs it before setup.py, so
+that the build's progress shows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from scripts.common.paths import REPORTS
+from scripts.series.base import (Base, BaseError, DebianPackage, ThirdPartySource, cache_dir, fetch, fetch_deb,
+                                 load_base, third_party_dir, verify_digest)
+from scripts.series.diff import parse_diff
+from scripts.series.gitapply import apply_patch
+from scripts.series.patchfile import Patch, SeriesError, read_series
+
+# Bump when the way a build runs changes what it produces (its command,
+# environment or post-processing): the digest of every cached build changes.
+RECIPE = "1"
+PACKAGE_PREFIX = "vllm/"
+# What keeps a build from reaching the network: CMake's FetchContent skips
+# every download and update step, and a dependency without a local tree is an
+# error (policy CMP0170 NEW; OLD only warns and configures on), pip has no
+# index, git clones only local paths, cargo is offline.
+OFFLINE_ENV = {
+    "PIP_NO_INDEX": "1",
+    "GIT_ALLOW_PROTOCOL": "file",
+    "CARGO_NET_OFFLINE": "true",
+}
+OFFLINE_CMAKE_ARGS = ("-DFETCHCONTENT_FULLY_DISCONNECTED=ON", "-DCMAKE_POLICY_DEFAULT_CMP0170=NEW")
+
+
+class SourceBuildError(BaseError):
+    """A flavor could not be compiled from the sdist: the message names the
+    step, the file and the fix."""
+
+
+def patch_files(path: Path) -> list[str]:
+    """The paths a patch file changes (its diff's new or old names)."""
+    return [fd.new or fd.old for fd in parse_diff(Patch.read(path).diff)]
+
+
+def is_build_patch(path: Path) -> bool:
+    """True for a patch of the sources the extensions are compiled from (every
+    file outside the ``vllm/`` package: ``cmake/``, ``csrc/``, ``setup.py``),
+    False for one of the package. ``SeriesError`` for a patch that changes
+    both (one concern per patch: split it)."""
+    files = patch_files(path)
+    outside = [f for f in files if not f.startswith(PACKAGE_PREFIX)]
+    if outside and len(outside) != len(files):
+        raise SeriesError(f"{path.name} changes the package ({', '.join(sorted(set(files) - set(outside)))}) and "
+                          f"the build sources ({', '.join(outside)}): split it, a build patch changes only "
+                          "files outside vllm/")
+    return bool(outside)
+
+
+def build_patches(base: Base) -> list[Path]:
+    """The build patches of ``base``'s line, in series order."""
+    return [base.dir / n for n in read_series(base.dir / "series") if is_build_patch(base.dir / n)]
+
+
+def _run(cmd: list[str], **kw) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, **kw).stdout.strip()
+
+
+def check_build_patches(base: Base, dest: Path) -> list[str]:
+    """Apply the line's build patches strictly, in order, to the files they
+    change, taken from the sdist of the base's release into ``dest``
+    (``make lint``: they never apply to a package tree). Returns their
+    names; ``PatchDoesNotApply`` names the patch and the hunk."""
+    patches = build_patches(base)
+    if not patches:
+        return []
+    top = f"vllm-{base.version}"
+    wanted = {f"{top}/{f}" for p in patches for f in patch_files(p)}
+    with tarfile.open(fetch(base.release_sdist())) as tar:
+        tar.extractall(dest, members=[m for m in tar.getmembers() if m.name in wanted], filter="tar")
+    for p in patches:
+        apply_patch(p, dest / top)
+    return [p.name for p in patches]
+
+
+def toolchain(python: str = sys.executable) -> dict[str, str]:
+    """The versions of what compiles: g++, CMake, Ninja, the building Python's
+    tag and torch (asked once per process and Python). ``SourceBuildError``
+    naming the Debian or pip package that provides a missing tool."""
+    return _toolchain(python)
+
+
+@functools.cache
+def _toolchain(python: str) -> dict[str, str]:
+    tools = {}
+    try:
+        tools["g++"] = _run(["g++", "-dumpfullversion"]) + " " + _run(["g++", "-dumpmachine"])
+    except (FileNotFoundError, subprocess.CalledProcessError):
+        raise SourceBuildError("step toolchain: g++ is not on PATH. Fix: install Debian's g++ package "
+                               "(apt-get install g++), or set PATH to a gcc toolchain") from None
+    bindir = Path(python).parent
+    for tool in ("cmake", "ninja"):
+        exe = bindir / tool if (bindir / tool).exists() else shutil.which(tool)
+        if not exe:
+            raise SourceBuildError(f"step toolchain: {tool} is not installed in {bindir.parent} nor on PATH. "
+                                   f"Fix: {python} -m pip install {tool} (requirements/dev.txt has it: make env)")
+        tools[tool] = _run([str(exe), "--version"]).splitlines()[0]
+    tools["python"] = _run([python, "-c", "import sys; print(sys.implementation.cache_tag)"])
+    try:
+        tools["torch"] = _run([python, "-c", "import torch; print(torch.__version__)"])
+    except subprocess.CalledProcessError:
+        raise SourceBuildError(f"step toolchain: {python} cannot import torch, which the extensions build "
+                               "against. Fix: make env (it installs the line's torch)") from None
+    return tools
+
+
+def build_digest(base: Base, flavor: str, tools: dict[str, str]) -> str:
+    """sha256 over every input of the build of ``flavor``: ``RECIPE``, the
+    sdist, each build patch, third-party source and Debian package, and the
+    toolchain (``toolchain``)."""
+    build = base.build(flavor)
+    sdist = base.release_sdist()
+    h = hashlib.sha256(f"{RECIPE}\0{flavor}\0{sdist.sha256}\0".encode())
+    for p in build_patches(base):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for t in build.third_party:
+        h.update(f"{t.name}\0{t.sha256}\0{t.top}\0{t.cmake}\0".encode())
+    for pkg in build.packages:
+        h.update(f"{pkg.name}\0{pkg.sha256}\0".encode())
+    h.update(json.dumps(tools, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def work_dir(base: Base, flavor: str, digest: str) -> Path:
+    """Where the build of ``flavor`` with inputs ``digest`` runs and is kept."""
+    return cache_dir() / "builds" / f"{flavor}-{base.version}-{digest[:16]}"
+
+
+def built(base: Base, flavor: str, python: str = sys.executable) -> Path | None:
+    """The wheel a finished build of ``flavor`` with the current inputs left,
+    or None when there is none yet."""
+    work = work_dir(base, flavor, build_digest(base, flavor, toolchain(python)))
+    record = work / "built.json"
+    if record.is_file():
+        wheel = work / "dist" / json.loads(record.read_text())["wheel"]
+        if wheel.is_file():
+            return wheel
+    return None
+
+
+def _unpack(tarball: Path, dest: Path, top: str, what: str) -> Path:
+    """Unpack ``tarball`` into ``dest`` (replaced) and return ``dest/top``."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    with tarfile.open(tarball) as tar:
+        tar.extractall(dest, filter="tar")
+    if not (dest / top).is_dir():
+        raise SourceBuildError(f"step sources: {tarball.name} ({what}) has no top folder {top}/: the pinned file "
+                               "is not what base.toml says; fix the line's base.toml")
+    return dest / top
+
+
+def third_party_tree(source: ThirdPartySource, dest: Path) -> Path:
+    """The unpacked, verified tree of ``source`` under ``dest``."""
+    tarball = third_party_dir() / source.filename
+    if not tarball.is_file():
+        raise SourceBuildError(
+            f"step sources: {tarball} is missing ([third-party.{source.name}] of the line's base.toml). Fix: put "
+            f"the pinned {source.filename} there (sha256 {source.sha256}; its README says where it comes from), "
+            "or set VDIST_THIRD_PARTY to the folder that has it")
+    verify_digest(tarball, source.sha256, source.filename,
+                  f"It is not the pinned [third-party.{source.name}] of the line's base.toml: replace it.")
+    return _unpack(tarball, dest / source.name, source.top, f"[third-party.{source.name}]")
+
+
+def unpack_packages(packages: tuple[DebianPackage, ...], dest: Path) -> Path:
+    """Every Debian build package fetched (``fetch_deb``) and unpacked into
+    ``dest`` (its ``usr/include``, ``usr/lib/<multiarch>``)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for pkg in packages:
+        deb = fetch_deb(pkg)
+        try:
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(dest)], check=True, capture_output=True)
+        except FileNotFoundError:
+            raise SourceBuildError(f"step packages: dpkg-deb is not installed; it unpacks {deb.name}. Fix: install "
+                                   "Debian's dpkg package, or build on a Debian or Ubuntu machine") from None
+        except subprocess.CalledProcessError as e:
+            raise SourceBuildError(f"step packages: dpkg-deb could not unpack {deb}: {e.stderr.decode()[-500:]}. "
+                                   "Fix: delete it and build again (it is fetched anew)") from None
+    return dest
+
+
+def _progress(line: str, state: dict) -> None:
+    m = re.match(r"\[(\d+)/(\d+)\]", line)
+    if m:
+        done, total = int(m.group(1)), int(m.group(2))
+        step = done * 20 // total
+        if step > state.get("step", -1):
+            state["step"] = step
+            mins = (time.monotonic() - state["t0"]) / 60
+            print(f"   {done}/{total} build steps ({done * 100 // total} %, {mins:.0f} min)", flush=True)
+
+
+def _diagnose(log_tail: str) -> str:
+    """The fix for a failed compile, from the log's last lines."""
+    m = re.search(r"fatal error: (\S+): No such file or directory", log_tail)
+    if m:
+        return (f"a header is missing ({m.group(1)}): add the Debian package that provides it (apt-file search "
+                f"{m.group(1)}) to [build-packages.*] and [build.<flavor>] packages of the line's base.toml")
+    if "FETCHCONTENT_FULLY_DISCONNECTED" in log_tail or "Could not find" in log_tail and "FetchContent" in log_tail:
+        return ("the build wanted to fetch a dependency: pin its source tree as [third-party.<name>] with the "
+                "CMake variable that takes a local tree")
+    if "internal compiler error" in log_tail:
+        return ("the compiler crashed on a source: a build patch must leave that source out where the compiler "
+                "cannot build it (as the line's probe of flash_mla.cpp does)")
+    return "read the log above; a build patch or a pinned input of the line's base.toml must change"
+
+
+def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: int | None = None) -> Path:
+    """Compile ``flavor`` from the sdist (see the module's docstring) unless a
+    finished build with the same inputs is cached; return the built wheel.
+    ``SourceBuildError`` (step, file, fix) when a step fails; the work
+    directory is kept so that the next run resumes."""
+    tools = toolchain(python)
+    build = base.build(flavor)
+    digest = build_digest(base, flavor, tools)
+    work = work_dir(base, flavor, digest)
+    record = work / "built.json"
+    if record.is_file() and (work / "dist" / json.loads(record.read_text())["wheel"]).is_file():
+        return work / "dist" / json.loads(record.read_text())["wheel"]
+    work.mkdir(parents=True, exist_ok=True)
+    sdist = base.release_sdist()
+    print(f"== {flavor} flavor of vllm {base.version} compiled from {sdist.filename} in {work} "
+          f"(g++ {tools['g++']}, {tools['cmake']}; log: reports/logs/build-{flavor}.log)", flush=True)
+    src_stamp = work / "src.ok"
+    top = f"vllm-{base.version}"
+    if not src_stamp.is_file():
+        print("   [1/4] sdist, build patches", flush=True)
+        src = _unpack(fetch(sdist), work / "sdist", top, sdist.filename)
+        for patch in build_patches(base):
+            apply_patch(patch, src)
+        src_stamp.write_text("\n".join(p.name for p in build_patches(base)) + "\n")
+    src = work / "sdist" / top
+    print("   [2/4] third-party sources, Debian build packages", flush=True)
+    env = dict(os.environ, **OFFLINE_ENV, VLLM_TARGET_DEVICE=flavor, MAX_JOBS=str(jobs or os.cpu_count() or 1),
+               FETCHCONTENT_BASE_DIR=str(work / "fetchcontent"))
+    cmake_args = list(OFFLINE_CMAKE_ARGS)
+    for t in build.third_party:
+        tree = third_party_tree(t, work / "third-party")
+        env[t.cmake] = str(tree)
+        cmake_args.append(f"-D{t.cmake}={tree}")
+    env["CMAKE_ARGS"] = " ".join(cmake_args)
+    if build.packages:
+        root = unpack_packages(build.packages, work / "packages")
+        multiarch = tools["g++"].split()[-1]
+        env["CPATH"] = os.pathsep.join(filter(None, [str(root / "usr" / "include"), env.get("CPATH")]))
+        env["LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(root / "usr" / "lib" / multiarch),
+                                                            env.get("LIBRARY_PATH")]))
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
+    print(f"   [3/4] compile (upstream's setup.py: CMake, Ninja, {env['MAX_JOBS']} jobs)", flush=True)
+    REPORTS.joinpath("logs").mkdir(parents=True, exist_ok=True)
+    log_path = REPORTS / "logs" / f"build-{flavor}.log"
+    dist = work / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    cmd = [python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index", "-v",
+           "-w", str(dist), str(src)]
+    t0, state = time.monotonic(), {"t0": time.monotonic()}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tail: list[str] = []
+    with open(log_path, "w") as log:
+        log.write(f"$ {' '.join(cmd)}\n# CMAKE_ARGS={env['CMAKE_ARGS']}\n")
+        proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            log.write(line)
+            tail = (tail + [line])[-60:]
+            _progress(line.strip(), state)
+        code = proc.wait()
+    shutil.copyfile(log_path, work / "build.log")
+    if code != 0:
+        text = "".join(tail)
+        failed = re.findall(r"FAILED: (\S+)", text)
+        raise SourceBuildError(
+            f"step compile failed (exit {code}){' at ' + failed[-1] if failed else ''}; the log is {log_path}, "
+            f"its end:\n{text[-3000:]}\nFix: {_diagnose(text)}. The work directory {work} is kept: the next run "
+            "resumes there")
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise SourceBuildError(f"step compile: pip left {len(wheels)} wheels in {dist}, not one (log {log_path})")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    print(f"   [4/4] {wheels[0].name}", flush=True)
+    disk = sum(f.stat().st_size for f in work.rglob("*") if f.is_file() and not f.is_symlink())
+    record.write_text(json.dumps({"wheel": wheels[0].name, "wall_s": round(time.monotonic() - t0),
+                                  "cpu_s": round(cpu), "disk_bytes": disk, "toolchain": tools,
+                                  "digest": digest}, indent=1) + "\n")
+    return wheels[0]
+
+
+def flavor_wheel(base: Base, flavor: str) -> Path:
+    """The wheel whose binaries ``flavor`` carries: the pinned wheel
+    (``fetch``) or, for a flavor built from the sdist, the cached build
+    (``build_flavor``, which compiles when its inputs changed)."""
+    if base.build(flavor).source == "wheel":
+        return fetch(base.artifact(flavor))
+    return build_flavor(base, flavor)
+
+
+def flavor_digest(base: Base, flavor: str) -> str:
+    """What identifies ``flavor``'s binaries: the pinned wheel's sha256, or
+    ``sdist:<build_digest>`` for a flavor built from the sdist."""
+    if base.build(flavor).source == "wheel":
+        return base.artifact(flavor).sha256
+    return "sdist:" + build_digest(base, flavor, toolchain())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m scripts.series.source_build", description=__doc__.split("\n\n")[0])
+    p.add_argument("--line", default=None)
+    p.add_argument("--flavor", default="cpu")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: the CPU count)")
+    p.add_argument("--if-sdist", action="store_true",
+                   help="only where the flavor is obtained from the sdist (base.toml, VDIST_BUILD_<FLAVOR>); quiet "
+                        "when it is cached")
+    args = p.parse_args(argv)
+    try:
+        base = load_base(args.line)
+        if args.if_sdist:
+            if base.build(args.flavor).source == "sdist" and built(base, args.flavor) is None:
+                build_flavor(base, args.flavor, jobs=args.jobs)
+            return 0
+        print(build_flavor(base, args.flavor, jobs=args.jobs))
+    except (BaseError, SeriesError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
