@@ -368,7 +368,7 @@ def load_base(line: str | Path | None = None) -> Base:
                         for name, p in sorted(table.items())]
                for flavor, table in data.get("bundled", {}).items()}
     upstream = {name: UpstreamSources("sdist", a["project"], a["version"], a["filename"], a["sha256"],
-                                      tuple(a["tests"]))
+                                      tuple(a.get("tests", ())))
                 for name, a in data.get("upstream-sources", {}).items()}
     third_party = {name: ThirdPartySource(name, t["filename"], t["sha256"], t["top"], t["cmake"])
                    for name, t in data.get("third-party", {}).items()}
@@ -469,6 +469,17 @@ def pip_download(requirement: str, dest: Path, pip_args: tuple[str, ...] = (), *
     return dest / got.name
 
 
+def pip_versions(project: str, pip_args: tuple[str, ...] = ()) -> list[str]:
+    """The versions of ``project`` the configured indexes serve for
+    ``pip_args`` (``--platform ... --only-binary :all:``: wheels for that
+    platform), newest first, from ``pip index versions``; nothing is
+    downloaded. Empty when the indexes have none."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", *pip_args, project],
+                          capture_output=True, text=True)
+    m = re.search(r"^Available versions: (.+)$", proc.stdout, re.M)
+    return [v.strip() for v in m.group(1).split(",")] if proc.returncode == 0 and m else []
+
+
 def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ...] = ()) -> Path:
     """Return the verified path of ``artifact`` in the cache, downloading it with
     ``pip download`` (``pip_download``) when it is not there yet.
@@ -484,17 +495,24 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
     if dest.exists():
         verify(artifact, dest)
         return dest
-    env = None
     if artifact.filename.endswith(".tar.gz"):
-        # A vLLM sdist: pip prepares its metadata with vLLM's setup.py, which
-        # needs torch, setuptools-rust, setuptools-scm, cmake, ninja and jinja2
-        # (requirements/dev.txt) and the version and device set (docs/base-and-recipe.md).
-        kind = ("--no-binary", ":all:", "--no-build-isolation")
-        env = dict(os.environ, VLLM_VERSION_OVERRIDE=artifact.version, VLLM_TARGET_DEVICE="empty")
-    else:
-        kind = ("--only-binary", ":all:", "--platform", artifact.tags[2])
+        return sdist_download(artifact.project, artifact.version, cache, pip_args,
+                              filename=artifact.filename, sha256=artifact.sha256)
+    kind = ("--only-binary", ":all:", "--platform", artifact.tags[2])
     return pip_download(f"{artifact.project}=={artifact.version}", cache, (*kind, *pip_args),
-                        filename=artifact.filename, sha256=artifact.sha256, env=env)
+                        filename=artifact.filename, sha256=artifact.sha256)
+
+
+def sdist_download(project: str, version: str, dest: Path, pip_args: tuple[str, ...] = (),
+                   **pinned) -> Path:
+    """``pip_download`` of a vLLM sdist (``pinned``: its ``filename`` and
+    ``sha256`` when known). pip prepares its metadata with vLLM's setup.py,
+    which needs torch, setuptools-rust, setuptools-scm, cmake, ninja and
+    jinja2 (requirements/dev.txt), no build isolation, and the version and
+    device set (docs/base-and-recipe.md)."""
+    env = dict(os.environ, VLLM_VERSION_OVERRIDE=version, VLLM_TARGET_DEVICE="empty")
+    return pip_download(f"{project}=={version}", dest, ("--no-binary", ":all:", "--no-build-isolation", *pip_args),
+                        env=env, **pinned)
 
 
 # Debian's package archive; a package's file is at <pool>/<DebianPackage.pool>/<filename>.

@@ -39,7 +39,7 @@ PATCHES_ROOT = REPO / "patches"
 LINES_FILE = "lines.toml"
 LINE_ENV = "VDIST_LINE"
 _NUMBER = re.compile(r"(\d{4})-[a-z0-9][a-z0-9-]*\.patch")
-NUMBER_KINDS = ("unused", "withdrawn", "dropped")
+NUMBER_KINDS = ("unused", "withdrawn", "dropped", "deferred")
 
 
 class LineError(RuntimeError):
@@ -137,9 +137,11 @@ def patch_number(name: str) -> str | None:
 def retired_numbers(line: Line) -> dict[str, dict[str, str]]:
     """``numbers.toml`` of ``line``: ``{kind: {number: why}}`` for the kinds
     ``unused`` (never given to a patch), ``withdrawn`` (a patch taken out of
-    the series) and ``dropped`` (carried by upstream: left behind by a
-    rebase onto this base). A ``dropped`` entry is a table (``patch``,
-    ``upstream``: the release, ``found``: how) given here as one string.
+    the series), ``dropped`` (carried by upstream: left behind by a
+    rebase onto this base) and ``deferred`` (carried forward unported by
+    ``rebase --defer``: its file in the line's ``deferred/``). A ``dropped``
+    entry is a table (``patch``, ``upstream``: the release, ``found``: how),
+    a ``deferred`` one (``patch``, ``reason``), given here as one string.
     Empty kinds when the file is absent; ``LineError`` for another kind or a
     key that is not a 4-digit number."""
     out: dict[str, dict[str, str]] = {k: {} for k in NUMBER_KINDS}

