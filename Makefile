@@ -52,7 +52,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -256,8 +256,22 @@ matrix: install tree
 UPSTREAM ?=
 RELEASES ?=
 DRIFT_ARGS ?=
-drift: env
-	$(PY) -m scripts.series.drift $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES)) $(DRIFT_ARGS)
+# Drift reads patches, wheels and sources with git and pip: its own small venv (packaging),
+# not the line's. Its exit status: 1, a patch needs a maintainer; 2, a target could not be
+# prepared. GNU make reports any failed recipe as 2, so ci/steps/drift.sh runs
+# $(DRIFT_RUN) itself (after make drift-env), which keeps 1 and 2 apart for Buildkite.
+DRIFT_VENV ?= .venv-drift
+DRIFT_RUN = $(DRIFT_VENV)/bin/python -m scripts.series.drift
+$(DRIFT_VENV)/.installed: requirements/drift.txt
+	test -x $(DRIFT_VENV)/bin/python || $(PYTHON) -m venv $(DRIFT_VENV)
+	$(DRIFT_VENV)/bin/python -m pip install --quiet -r requirements/drift.txt
+	touch $@
+
+drift-env: $(DRIFT_VENV)/.installed
+
+drift: drift-env
+	@$(DRIFT_RUN) $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES)) $(DRIFT_ARGS) \
+		|| { s=$$?; echo "drift: exit status $$s ($$( [ $$s = 1 ] && echo 'a patch needs a maintainer' || echo 'a target could not be prepared'))" >&2; exit $$s; }
 
 # Each patch's mapped tests (the line's tests.toml) on the unpatched releases
 # (RELEASES=a,b; all newer ones by default) or an upstream checkout (UPSTREAM=path).

@@ -17,6 +17,7 @@ Command line (``--line``: a line of ``patches/``, default ``$VDIST_LINE`` or
     python -m scripts.series.base version [--flavor cuda|cpu] # e.g. 0.26.0+mrv2pool.1, 0.26.0+mrv2pool.1.cpu
     python -m scripts.series.base wheel-name --flavor cpu     # vllm-0.26.0+mrv2pool.1.cpu-cp38-abi3-...whl
     python -m scripts.series.base show                        # the line's base facts
+    python -m scripts.series.base sdist 0.34.0                # vLLM 0.34.0's sdist into the cache
 
 The cache directory is ``$VDIST_CACHE`` or ``~/.cache/vllm-mrv2pool``. A cached
 artifact is verified every time it is used; a download is verified in a
@@ -662,15 +663,26 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("wheel-name", help="print the file name of a flavor's wheel")
     p.add_argument("--flavor", default="cpu", choices=FLAVORS)
     sub.add_parser("show", help="print the line's base facts (base.toml)")
+    p = sub.add_parser("sdist", help="fetch vLLM VERSION's sdist into the download cache (drift reads build "
+                                     "patches against it; pip prepares it with vLLM's setup.py, which imports torch)")
+    p.add_argument("version")
     args = parser.parse_args(argv)
     try:
         base = load_base(args.line)
         if args.cmd == "fetch":
-            flavors = FLAVORS if args.flavor == "all" else (args.flavor,)
+            flavors = base.flavors if args.flavor == "all" else (args.flavor,)
             for flavor in flavors:
-                print(fetch(base.artifact(flavor)))
+                if base.build(flavor).source == "wheel":
+                    print(fetch(base.artifact(flavor)))
+                else:  # compiled from the sdist: what the build starts from
+                    print(fetch(base.release_sdist()))
+                    for pkg in base.build(flavor).packages:
+                        print(fetch_deb(pkg))
                 for pkg in base.bundled.get(flavor, []):
                     print(fetch_deb(pkg))
+        elif args.cmd == "sdist":
+            cached = cache_dir() / f"vllm-{args.version}.tar.gz"
+            print(cached if cached.exists() else sdist_download("vllm", args.version, cache_dir()))
         elif args.cmd == "requirements":
             print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
         elif args.cmd == "constraints":

@@ -74,7 +74,7 @@ from scripts.series.diff import parse_diff
 from scripts.series.lines import PATCHES_ROOT, Line, get_line, line_names, patch_number, retired_numbers
 from scripts.series.patchfile import Patch, PatchDoesNotApply, SeriesError, applied_upstream, read_series
 from scripts.series.source_build import is_build_patch, patch_files
-from scripts.series.tree import apply_patch, apply_series, build_tree, run_git, tree_state
+from scripts.series.tree import apply_patch, apply_series, build_tree, failing_hunk, run_git, tree_state
 
 # git's conflict markers (diff3 style)
 _MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
@@ -624,6 +624,27 @@ def _edit_message(state: State, name: str) -> str:
     ])
 
 
+def _survey_build(patch: Path, source_root: Path, work: Path) -> tuple:
+    """``survey``'s row for a build patch: applied strictly to a copy of the
+    files it changes under ``source_root`` (a release's sources with its
+    sdist's build files, or a checkout)."""
+    files = patch_files(patch)
+    missing = [f for f in files if not (source_root / f).is_file()]
+    if missing:
+        return (patch.name, "conflicts", f"the target has no {', '.join(missing)}", [])
+    root = work / f"build-{patch.stem}"
+    for f in files:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source_root / f, root / f)
+    if run_git(["apply", "--check", str(patch)], cwd=root, check=False).returncode == 0:
+        return (patch.name, "applies", "a build patch: applies strictly to the target's build sources", [])
+    if run_git(["apply", "--check", "--reverse", str(patch)], cwd=root, check=False).returncode == 0:
+        return (patch.name, "upstream", "a build patch that reverse-applies: the target has its change", [])
+    proc = run_git(["apply", "--check", "--verbose", str(patch)], cwd=root, check=False)
+    return (patch.name, "conflicts", "a build patch that does not apply to the target's build sources",
+            [failing_hunk(patch, proc.stderr)])
+
+
 def survey(old: Base, source_root: Path, target, work: Path, names: list[str] | None = None) -> list[tuple]:
     """What a rebase of line ``old`` onto the sources in ``source_root`` (a
     directory holding ``vllm/``: a release's, or an upstream checkout's) would
@@ -645,6 +666,9 @@ def survey(old: Base, source_root: Path, target, work: Path, names: list[str] | 
         release = applied_upstream(Patch.read(old.dir / name).fields())
         if release is not None and (target is None or release <= target):
             out.append((name, "upstream", f"Applied-Upstream: {release}", []))
+            continue
+        if is_build_patch(old.dir / name):  # not in the repository of Python sources
+            out.append(_survey_build(old.dir / name, Path(source_root), work))
             continue
         _git(paths, ["cherry-pick", "--no-commit", commits[name]], check=False)
         if _conflicts(paths):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tarfile
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -15,11 +16,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from scripts.common.paths import BUILD
-from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.base import Base, BaseError, cache_dir, extract_wheel, fetch, load_base, sdist_download
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
 from scripts.series.patchfile import Patch, SeriesError, applied_upstream, line_dir, read_series
-from scripts.series.source_build import is_build_patch
+from scripts.series.source_build import is_build_patch, patch_files
 from scripts.series.tree import apply_patch, run_git
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
@@ -256,6 +257,36 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
         return results
 
 
+def _with_build_sources(src: Path, version: str, build: list[Path], pip_args: tuple[str, ...]) -> Path:
+    """A copy of the release's sources ``src`` (a wheel's ``vllm/``) with the
+    files the build patches change, taken from the release's sdist
+    (``sdist_download``, cached), so that build patches are classified
+    against what the release builds from. Made once beside ``src``."""
+    out = src.parent / f"{src.name}-build"
+    if (out / ".complete").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out, symlinks=True)
+    sdist = cache_dir() / f"vllm-{version}.tar.gz"
+    if not sdist.exists():
+        try:
+            sdist = sdist_download("vllm", version, cache_dir(), pip_args)
+        except BaseError as e:
+            raise DriftError(
+                f"the build patches ({', '.join(p.name for p in build)}) are read against vLLM {version}'s sdist, "
+                f"which is not in the download cache and pip could not prepare here ({str(e).splitlines()[0]}): "
+                f"pip runs vLLM's setup.py, which imports torch. Fix: fetch it once with a line's venv, "
+                f".venv-<line>/bin/python -m scripts.series.base sdist {version}") from None
+    wanted = {f"vllm-{version}/{f}" for p in build for f in patch_files(p)}
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name in wanted]
+        for m in members:
+            m.name = m.name.split("/", 1)[1]
+        tar.extractall(out, members=members, filter="tar")
+    (out / ".complete").write_text("")
+    return out
+
+
 def release_target(project: str, version: str, names: list[str] | None = None, patches_dir: Path | None = None,
                    pip_args: tuple[str, ...] = (), base: Base | None = None, three_way: bool = False) -> TargetReport:
     """Fetch (or reuse) the wheel of ``project==version`` (for the platform of
@@ -265,6 +296,11 @@ def release_target(project: str, version: str, names: list[str] | None = None, p
     base = base or load_base()
     fetched = fetch_release(project, version, pip_args=pip_args, platform=base.platform)
     src = release_sources(fetched)
+    patches_dir = Path(patches_dir) if patches_dir is not None else base.dir or line_dir()
+    build = [patches_dir / n for n in (names or read_series(patches_dir / "series"))
+             if is_build_patch(patches_dir / n)]
+    if build:  # a wheel holds no build sources: the release's sdist has them
+        src = _with_build_sources(src, version, build, pip_args)
     run = three_way_target if three_way else drift_target
     return TargetReport(version, "release", version, f"{fetched.path.name} sha256:{fetched.sha256}",
                         run(src, Version(version), names, patches_dir, base))
