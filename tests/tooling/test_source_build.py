@@ -22,6 +22,7 @@ from scripts.series import source_build
 from scripts.series.base import BaseError, host_platform, load_base
 from scripts.series.patchfile import SeriesError
 from scripts.series.source_build import (OFFLINE_CMAKE_ARGS, OFFLINE_ENV, SourceBuildError, build_digest,
+                                         check_build_patches,
                                          build_flavor, build_patches, is_build_patch, third_party_tree, toolchain,
                                          work_dir)
 
@@ -161,3 +162,28 @@ def test_a_missing_compiler_names_the_debian_package(tmp_path, monkeypatch):
     with pytest.raises(SourceBuildError, match=r"step toolchain: g\+\+ is not on PATH. Fix: install Debian's g\+\+ "
                                                r"package \(apt-get install g\+\+\)"):
         source_build._toolchain.__wrapped__(sys.executable)
+
+
+def test_drift_reads_a_build_patch_against_the_targets_build_sources(tmp_path):
+    """A build patch is not in the repository of Python sources a rebase or
+    drift merges in: it is applied strictly to the target's build files."""
+    from scripts.series.rebase import _survey_build
+
+    base = load_base(LINE)
+    probe = base.dir / "0064-cpu-build-probes-compiler.patch"
+    target = tmp_path / "target"
+    check_build_patches(base, target)  # the 0.32.0 sdist's files with 0064 applied
+    top = target / f"vllm-{LINE}"
+    assert _survey_build(probe, top, tmp_path / "w1")[1:3] == (
+        "upstream", "a build patch that reverse-applies: the target has its change")
+    subprocess.run(["git", "apply", "--reverse", str(probe)], cwd=top, check=True)
+    assert _survey_build(probe, top, tmp_path / "w2")[1] == "applies"
+    cmake = top / "cmake" / "cpu_extension.cmake"
+    cmake.write_text(cmake.read_text().replace('message(FATAL_ERROR "X86 backend requires gcc/g++ >= 12.3")',
+                                               'message(FATAL_ERROR "X86 backend requires gcc/g++ >= 13")'))
+    name, status, reason, hunks = _survey_build(probe, top, tmp_path / "w3")
+    assert (status, reason) == ("conflicts", "a build patch that does not apply to the target's build sources")
+    assert hunks == ["cmake/cpu_extension.cmake: hunk @@ -131,9 +131,13 @@ endif()"]
+    (top / "csrc" / "cpu" / "torch_bindings.cpp").unlink()
+    assert _survey_build(probe, top, tmp_path / "w4")[1:3] == (
+        "conflicts", "the target has no csrc/cpu/torch_bindings.cpp")
