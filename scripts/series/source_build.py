@@ -170,13 +170,13 @@ def _toolchain(python: str) -> dict[str, str]:
 
 def build_digest(base: Base, flavor: str, tools: dict[str, str]) -> str:
     """sha256 over every input of the build of ``flavor``: ``RECIPE``, the
-    sdist, each build patch, third-party source and Debian package, and the
-    toolchain (``toolchain``)."""
+    sdist, each build patch's name and diff (not its header), third-party
+    source and Debian package, and the toolchain (``toolchain``)."""
     build = base.build(flavor)
     sdist = base.release_sdist()
     h = hashlib.sha256(f"{RECIPE}\0{flavor}\0{sdist.sha256}\0".encode())
-    for p in build_patches(base):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    for p in build_patches(base):  # their diffs: a header does not change what is compiled
+        h.update(p.name.encode() + b"\0" + Patch.read(p).diff.encode())
     for t in build.third_party:
         h.update(f"{t.name}\0{t.sha256}\0{t.top}\0{t.cmake}\0".encode())
     for pkg in build.packages:

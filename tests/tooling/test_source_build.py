@@ -111,6 +111,8 @@ def test_the_build_digest_covers_every_input(tmp_path, monkeypatch):
     shutil.copytree(base.dir, lines)
     probe = lines / "0064-cpu-build-probes-compiler.patch"
     probe.write_text(probe.read_text().replace("Upstream: not forwarded.", "Upstream: not forwarded (yet)."))
+    assert build_digest(dataclasses.replace(base, dir=lines), "cpu", tools) == d0  # its header: nothing compiled
+    probe.write_text(probe.read_text().replace("(12.3 or later)", "(13 or later)"))
     assert build_digest(dataclasses.replace(base, dir=lines), "cpu", tools) != d0
     # another third-party source
     onednn = base.builds["cpu"].third_party[0]
