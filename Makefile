@@ -84,6 +84,7 @@ help:
 	@echo "make deploy-env   $(DEPLOY_VENV): the line's cpu wheel installed as README's CPU recipe installs it, nothing"
 	@echo "                  else; make bench runs vLLM's engines from it (BENCH_LINES=\"--line NAME=VENV ...\" for others)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
+	@echo "make drift-env    drift's own venv ($(DRIFT_VENV): packaging only)"
 	@echo "make drift        the series against every upstream release newer than the base (reports/drift.*);"
 	@echo "                  UPSTREAM=path: against an upstream checkout instead (RELEASES=all: both); a report,"
 	@echo "                  not a gate; offline after its first run (downloads are cached); DRIFT_ARGS=--three-way:"
