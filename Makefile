@@ -30,17 +30,17 @@ LINE_BUILD := .build/lines/$(LINE)
 FLAVOR ?= cpu
 # Both flavors' wheels are the distribution vllm; the cpu one carries the device in
 # its local version as upstream's CPU builds do (vllm-<base>+mrv2pool.N.cpu-...whl).
-WHEEL_cpu := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cpu)
-WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cuda)
-SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
-TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
-
 # CPU_FROM=sdist (or wheel): how the cpu flavor is obtained for this run, whatever the
 # line's base.toml says ([build.cpu] from): compiled from the base's sdist
 # (scripts/series/source_build.py, cached by its inputs) or taken from the pinned wheel.
 ifneq ($(CPU_FROM),)
 export VDIST_BUILD_CPU := $(CPU_FROM)
 endif
+# ($(shell) of GNU make 4.3 does not see exported variables: the name is asked with it set.)
+WHEEL_cpu := dist/$(shell $(if $(CPU_FROM),VDIST_BUILD_CPU=$(CPU_FROM)) $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cpu)
+WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cuda)
+SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
+TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 
 export PYTHONPATH := $(CURDIR)
 export HF_HUB_OFFLINE := 1
