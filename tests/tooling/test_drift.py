@@ -484,8 +484,10 @@ def test_upstream_tests_run_on_an_upstream_checkout(tmp_path, fake_base, monkeyp
     monkeypatch.setattr(upstream, "REPO", repo)
     mapping = {"0001-runner.patch": ["tests/test_probe.py::test_step_5_is_500"]}
     carried = tree(tmp_path / "carried", {"vllm/runner.py": RUN_500, "vllm/_version.py": None})
-    plain = tree(tmp_path / "plain", {"vllm/_version.py": None})
-    for checkout in (carried, plain):
+    plain = tree(tmp_path / "plain", {"vllm/runner.py": RUN, "vllm/_version.py": None})
+    gone = tree(tmp_path / "gone", {"vllm/runner.py": RUN.replace("def step_5():", "def step_five():"),
+                                    "vllm/_version.py": None})
+    for checkout in (carried, plain, gone):
         _git(checkout, "init", "-q")
         _git(checkout, "add", "-A")
         _git(checkout, "commit", "-q", "-m", "upstream")
@@ -495,6 +497,11 @@ def test_upstream_tests_run_on_an_upstream_checkout(tmp_path, fake_base, monkeyp
         "upstream 1.2.3": {"tests/test_probe.py::test_step_5_is_500": "passed"}}
     runs = drift.test_upstream([], mapping, base=fake_base[0], trees=[plain])
     assert runs["upstream 1.2.3"].outcomes == {"tests/test_probe.py::test_step_5_is_500": "failed"}
+    # a test reaching a name the target no longer defines is not run: its failure would
+    # say nothing of the behaviour (0.34.0 has no vllm.config.vllm.HAS_TRITON)
+    runs = drift.test_upstream([], mapping, base=fake_base[0], trees=[gone])
+    assert runs["upstream 1.2.3"].outcomes == {"tests/test_probe.py::test_step_5_is_500": "name gone"}
+    assert runs["upstream 1.2.3"].gone == {"tests/test_probe.py::test_step_5_is_500": ["vllm.runner.step_5"]}
     with pytest.raises(DriftError, match="holds no vllm/"):
         drift.test_upstream([], mapping, base=fake_base[0], trees=[tmp_path / "repo"])
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import tomllib
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO, REPORTS
@@ -21,6 +21,7 @@ from scripts.common.reports import write_reports
 from scripts.series.base import Base, extract_wheel, fetch, load_base
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
 from scripts.series.patchfile import line_dir
+from scripts.series.testmap import BaseSources, unknown_names
 from scripts.series.tree import version_file
 
 
@@ -66,9 +67,12 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Bas
     return dest
 
 
-# What a pytest node id can come to on a release: the junit outcomes, and two
-# that pytest's junit report does not tell apart from "error" (or leaves out).
-TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error")
+# What a pytest node id can come to on a release: the junit outcomes, two that
+# pytest's junit report does not tell apart from "error" (or leaves out), and
+# "name gone": the test reaches a vLLM name the release no longer defines
+# (scripts.series.testmap.unknown_names; e.g. vllm.config.vllm.HAS_TRITON on
+# 0.34.0), so it is not run there: its failure would say nothing of the behaviour.
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error", "name gone")
 
 
 @dataclass
@@ -80,6 +84,7 @@ class TestRun:
     __test__ = False  # not a pytest test class
     outcomes: dict[str, str]
     output: dict[str, str]
+    gone: dict[str, list[str]] = field(default_factory=dict)  # node id: the names the release lacks
 
 
 def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
@@ -234,8 +239,10 @@ def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]]
     ``trees`` (a directory holding ``vllm/``), the patches' tests (``tests/``
     of the work tree, or of commit ``ref``) run on its unpatched sources,
     with the compiled extensions of ``base``'s cpu wheel (the selected
-    line's): ``{version or upstream target name: TestRun}``. Raises
-    ``DriftError`` for a tree without ``vllm/``."""
+    line's): ``{version or upstream target name: TestRun}``. A test that
+    reaches a vLLM name the target does not define is not run: its outcome
+    is ``name gone`` (``TestRun.gone`` names them). Raises ``DriftError`` for
+    a tree without ``vllm/``."""
     base = base or load_base()
     out: dict[str, TestRun] = {}
     BUILD.mkdir(exist_ok=True)
@@ -248,8 +255,13 @@ def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]]
         sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve()))
     for name, src in sources:
         with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
-            repo = shadow_repo(src(), Path(tmp), ref, base)
-            out[name] = run_patch_tests(repo, nodes, line=base.line or None)
+            root = src()
+            repo = shadow_repo(root, Path(tmp), ref, base)
+            names = BaseSources(root)
+            gone = {n: missing for n in nodes if (missing := unknown_names(n, names, repo))}
+            runnable = [n for n in nodes if n not in gone]
+            run = run_patch_tests(repo, runnable, line=base.line or None) if runnable else TestRun({}, {})
+            out[name] = TestRun({n: "name gone" if n in gone else run.outcomes[n] for n in nodes}, run.output, gone)
     return out
 
 
