@@ -39,6 +39,9 @@ endif
 # ($(shell) of GNU make 4.3 does not see exported variables: the name is asked with it set.)
 WHEEL_cpu := dist/$(shell $(if $(CPU_FROM),VDIST_BUILD_CPU=$(CPU_FROM)) $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cpu)
 WHEEL_cuda := dist/$(shell $(PYTHON) -m scripts.series.base --line $(LINE) wheel-name --flavor cuda)
+ifeq ($(WHEEL_$(FLAVOR)),dist/)
+$(error no $(FLAVOR) wheel name for line $(LINE): python -m scripts.series.base wheel-name --flavor $(FLAVOR) said why (above))
+endif
 SERIES_INPUTS := $(LINE_DIR)/base.toml $(LINE_DIR)/series $(wildcard $(LINE_DIR)/*.patch)
 TOOLING := $(wildcard scripts/series/*.py scripts/common/*.py) setup.py pyproject.toml
 

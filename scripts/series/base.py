@@ -536,7 +536,9 @@ def fetch_deb(pkg: DebianPackage, cache: Path | None = None) -> Path:
         verify_digest(dest, pkg.sha256, pkg.filename, f"The cached file is not {pinned}. Delete it and fetch again.")
         return dest
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-        what = f"{pkg.filename} ({pkg.package}={pkg.version}, whose {', '.join(sorted(pkg.files))} the wheel bundles)"
+        use = (f"whose {', '.join(sorted(pkg.files))} the wheel bundles" if pkg.files else
+               "a build package: its headers and link libraries")
+        what = f"{pkg.filename} ({pkg.package}={pkg.version}, {use})"
         by_hand = (f"download it from Debian's archive ({DEBIAN_POOL}/{pkg.pool}/{pkg.filename}) into "
                    f"{cache} yourself (its sha256 is checked)")
         try:

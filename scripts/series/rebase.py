@@ -179,6 +179,8 @@ def parse_drops(values: list[str] | None) -> dict[str, str]:
         if not m:
             raise SeriesError(f"--drop {value!r}: give NNNN=RELEASE, e.g. --drop 0035=0.27.0 (the patch's number "
                               "and the upstream release that carries its behaviour)")
+        if m.group(1) in out:
+            raise SeriesError(f"--drop {m.group(1)} is given twice: give each patch one release")
         out[m.group(1)] = m.group(2)
     return out
 
@@ -192,8 +194,19 @@ def parse_defers(values: list[str] | None) -> dict[str, str]:
         if not m:
             raise SeriesError(f"--defer {value!r}: give NNNN=REASON, e.g. --defer 0008='its V1 fallback has no "
                               "target on 0.34.0' (the patch's number and why it cannot be ported yet)")
+        if m.group(1) in out:
+            raise SeriesError(f"--defer {m.group(1)} is given twice: give each patch one reason")
         out[m.group(1)] = m.group(2).strip()
     return out
+
+
+def check_drops_and_defers(drops: dict[str, str], defers: dict[str, str]) -> None:
+    """``SeriesError`` for a patch both dropped and deferred: a drop records
+    "upstream since", a deferral says it is not ported yet."""
+    both = sorted(set(drops) & set(defers))
+    if both:
+        raise SeriesError(f"--drop and --defer both name {', '.join(both)}: drop a patch upstream carries, defer "
+                          "one that cannot be ported yet, not both")
 
 
 # --- the new base --------------------------------------------------------------------------
@@ -718,6 +731,7 @@ def start(from_line: str, onto: str, drops: dict[str, str] | None = None, run_te
     if unknown:
         raise SeriesError(f"--drop names no patch of line {from_line}: {', '.join(unknown)}")
     defers = defers or {}
+    check_drops_and_defers(drops, defers)
     unknown = sorted(set(defers) - {patch_number(n) for n in names})
     if unknown:
         raise SeriesError(f"--defer names no patch of line {from_line}: {', '.join(unknown)}")
@@ -778,6 +792,7 @@ def resume(drops: dict[str, str] | None = None, paths: Paths = Paths(), defers: 
         raise SeriesError("no rebase in progress (python -m scripts.series rebase --from LINE --onto RELEASE)")
     state = State.load(paths)
     old = load_base(paths.patches_root / state.from_line / "base.toml")
+    check_drops_and_defers({**state.named_drops, **(drops or {})}, {**state.named_defers, **(defers or {})})
     state.named_drops.update(drops or {})
     state.named_defers.update(defers or {})
     if state.stopped:
@@ -934,18 +949,21 @@ def run_command(args: argparse.Namespace) -> int:
     """Run ``rebase`` as parsed: exit status 0 when the new line is written,
     1 when the rebase stopped at a patch (the message says what to do)."""
     try:
+        drops, defers = parse_drops(args.drop), parse_defers(args.defer)
+        check_drops_and_defers(drops, defers)
+        if args.abort and (drops or defers or args.edit):
+            raise SeriesError("--abort takes no --drop, --defer or --edit: it throws the rebase away")
         if args.abort:
             print(abort())
         elif args.resume:
-            resume(parse_drops(args.drop), defers=parse_defers(args.defer))
+            resume(drops, defers=defers)
         else:
             if not args.onto:
                 raise SeriesError("rebase needs --onto RELEASE (or --continue, --abort)")
             from_line = args.from_line or args.line or get_line().name
             if from_line not in line_names():
                 raise SeriesError(f"--from {from_line}: no such line ({', '.join(line_names())})")
-            start(from_line, args.onto, parse_drops(args.drop), run_tests=not args.no_tests, edits=args.edit,
-                  defers=parse_defers(args.defer))
+            start(from_line, args.onto, drops, run_tests=not args.no_tests, edits=args.edit, defers=defers)
     except RebaseStopped as e:
         print(str(e), file=sys.stderr)
         return 1

@@ -51,6 +51,7 @@ that the build's progress shows).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import hashlib
 import json
@@ -148,7 +149,9 @@ def toolchain(python: str = sys.executable) -> dict[str, str]:
 def _toolchain(python: str) -> dict[str, str]:
     tools = {}
     try:
-        tools["g++"] = _run(["g++", "-dumpfullversion"]) + " " + _run(["g++", "-dumpmachine"])
+        # the first line of --version carries the distribution's package version
+        # (Debian: "g++ (Debian 12.2.0-14) 12.2.0"), which a point update changes
+        tools["g++"] = _run(["g++", "--version"]).splitlines()[0] + " " + _run(["g++", "-dumpmachine"])
     except (FileNotFoundError, subprocess.CalledProcessError):
         raise SourceBuildError("step toolchain: g++ is not on PATH. Fix: install Debian's g++ package "
                                "(apt-get install g++), or set PATH to a gcc toolchain") from None
@@ -194,12 +197,8 @@ def built(base: Base, flavor: str, python: str = sys.executable) -> Path | None:
     """The wheel a finished build of ``flavor`` with the current inputs left,
     or None when there is none yet."""
     work = work_dir(base, flavor, build_digest(base, flavor, toolchain(python)))
-    record = work / "built.json"
-    if record.is_file():
-        wheel = work / "dist" / json.loads(record.read_text())["wheel"]
-        if wheel.is_file():
-            return wheel
-    return None
+    data = _read_record(work / "built.json")
+    return work / "dist" / data["wheel"] if data else None
 
 
 def _unpack(tarball: Path, dest: Path, top: str, what: str) -> Path:
@@ -216,15 +215,25 @@ def _unpack(tarball: Path, dest: Path, top: str, what: str) -> Path:
 
 def third_party_tree(source: ThirdPartySource, dest: Path) -> Path:
     """The unpacked, verified tree of ``source`` under ``dest``."""
+    tarball = _verified_third_party(source)
+    return _unpack(tarball, dest / source.name, source.top, f"[third-party.{source.name}]")
+
+
+def _verified_third_party(source: ThirdPartySource) -> Path:
+    """The tarball of ``source`` in ``third_party_dir()``, its sha256 checked;
+    ``SourceBuildError`` naming the step, the file and the fix."""
     tarball = third_party_dir() / source.filename
     if not tarball.is_file():
         raise SourceBuildError(
             f"step sources: {tarball} is missing ([third-party.{source.name}] of the line's base.toml). Fix: put "
             f"the pinned {source.filename} there (sha256 {source.sha256}; its README says where it comes from), "
             "or set VDIST_THIRD_PARTY to the folder that has it")
-    verify_digest(tarball, source.sha256, source.filename,
-                  f"It is not the pinned [third-party.{source.name}] of the line's base.toml: replace it.")
-    return _unpack(tarball, dest / source.name, source.top, f"[third-party.{source.name}]")
+    try:
+        verify_digest(tarball, source.sha256, source.filename,
+                      f"It is not the pinned [third-party.{source.name}] of the line's base.toml: replace it.")
+    except BaseError as e:
+        raise SourceBuildError(f"step sources: {tarball}: {e}") from None
+    return tarball
 
 
 def unpack_packages(packages: tuple[DebianPackage, ...], dest: Path) -> Path:
@@ -243,6 +252,36 @@ def unpack_packages(packages: tuple[DebianPackage, ...], dest: Path) -> Path:
             raise SourceBuildError(f"step packages: dpkg-deb could not unpack {deb}: {e.stderr.decode()[-500:]}. "
                                    "Fix: delete it and build again (it is fetched anew)") from None
     return dest
+
+
+# Variables of the caller's environment that would change what is compiled
+# without changing the build's digest (compilers and their flags, search paths,
+# CMake's and vLLM's settings: VLLM_USE_PRECOMPILED would even download binaries):
+# the build runs without them; g++ is the compiler (CC/CXX set), as toolchain() checks.
+_BUILD_ENV_DROPPED = re.compile(r"(CC|CXX|CPP|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CPATH|LIBRARY_PATH|C_INCLUDE_PATH|"
+                                r"CPLUS_INCLUDE_PATH|CMAKE_\w*|VLLM_\w*|FETCHCONTENT_\w*|MAX_JOBS|NVCC_THREADS|"
+                                r"SETUPTOOLS_SCM_\w*|TORCH_CUDA_ARCH_LIST)")
+
+
+def build_environment(environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The environment a build starts from: ``environ`` without the variables
+    that would change the compiled result behind the digest's back
+    (``_BUILD_ENV_DROPPED``), with ``OFFLINE_ENV`` and ``CC=gcc``, ``CXX=g++``;
+    and the names dropped (the build prints them)."""
+    dropped = sorted(k for k in environ if _BUILD_ENV_DROPPED.fullmatch(k))
+    env = {k: v for k, v in environ.items() if k not in dropped}
+    env.update(OFFLINE_ENV, CC="gcc", CXX="g++")
+    return env, dropped
+
+
+def _read_record(record: Path) -> dict | None:
+    """A finished build's ``built.json``, or None when it is missing, not
+    whole, or its wheel is gone (then the build is not finished)."""
+    try:
+        data = json.loads(record.read_text())
+        return data if (record.parent / "dist" / data["wheel"]).is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _progress(line: str, state: dict) -> None:
@@ -281,9 +320,33 @@ def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: in
     digest = build_digest(base, flavor, tools)
     work = work_dir(base, flavor, digest)
     record = work / "built.json"
-    if record.is_file() and (work / "dist" / json.loads(record.read_text())["wheel"]).is_file():
-        return work / "dist" / json.loads(record.read_text())["wheel"]
+    if data := _read_record(record):
+        return work / "dist" / data["wheel"]
+    # the pinned inputs first, before anything is fetched or unpacked
+    for t in build.third_party:
+        _verified_third_party(t)
+    for pkg in build.packages:
+        try:
+            fetch_deb(pkg)
+        except BaseError as e:
+            raise SourceBuildError(f"step packages: {e}") from None
     work.mkdir(parents=True, exist_ok=True)
+    with open(work / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"   another build of these inputs runs in {work}: waiting for it", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if data := _read_record(record):
+            return work / "dist" / data["wheel"]
+        return _build_locked(base, flavor, python, jobs, tools, digest, work)
+
+
+def _build_locked(base: Base, flavor: str, python: str, jobs: int | None, tools: dict[str, str], digest: str,
+                  work: Path) -> Path:
+    """``build_flavor``'s steps, in ``work``, whose lock the caller holds."""
+    build = base.build(flavor)
+    record = work / "built.json"
     sdist = base.release_sdist()
     print(f"== {flavor} flavor of vllm {base.version} compiled from {sdist.filename} in {work} "
           f"(g++ {tools['g++']}, {tools['cmake']}; log: reports/logs/build-{flavor}.log)", flush=True)
@@ -297,7 +360,10 @@ def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: in
         src_stamp.write_text("\n".join(p.name for p in build_patches(base)) + "\n")
     src = work / "sdist" / top
     print("   [2/4] third-party sources, Debian build packages", flush=True)
-    env = dict(os.environ, **OFFLINE_ENV, VLLM_TARGET_DEVICE=flavor, MAX_JOBS=str(jobs or os.cpu_count() or 1),
+    env, dropped = build_environment(dict(os.environ))
+    if dropped:
+        print(f"   not passed to the build (they would change it behind its digest): {', '.join(dropped)}", flush=True)
+    env.update(VLLM_TARGET_DEVICE=flavor, MAX_JOBS=str(jobs or os.cpu_count() or 1),
                FETCHCONTENT_BASE_DIR=str(work / "fetchcontent"))
     cmake_args = list(OFFLINE_CMAKE_ARGS)
     for t in build.third_party:
@@ -308,9 +374,8 @@ def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: in
     if build.packages:
         root = unpack_packages(build.packages, work / "packages")
         multiarch = tools["g++"].split()[-1]
-        env["CPATH"] = os.pathsep.join(filter(None, [str(root / "usr" / "include"), env.get("CPATH")]))
-        env["LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(root / "usr" / "lib" / multiarch),
-                                                            env.get("LIBRARY_PATH")]))
+        env["CPATH"] = str(root / "usr" / "include")
+        env["LIBRARY_PATH"] = str(root / "usr" / "lib" / multiarch)
     env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
     print(f"   [3/4] compile (upstream's setup.py: CMake, Ninja, {env['MAX_JOBS']} jobs)", flush=True)
     REPORTS.joinpath("logs").mkdir(parents=True, exist_ok=True)
@@ -336,8 +401,9 @@ def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: in
         failed = re.findall(r"FAILED: (\S+)", text)
         raise SourceBuildError(
             f"step compile failed (exit {code}){' at ' + failed[-1] if failed else ''}; the log is {log_path}, "
-            f"its end:\n{text[-3000:]}\nFix: {_diagnose(text)}. The work directory {work} is kept: the next run "
-            "resumes there")
+            f"its end:\n{text[-3000:]}\nFix: {_diagnose(text)}. The work directory {work} is kept: a run with "
+            "the same inputs resumes there; a changed input (a build patch, base.toml) builds in a new one, and "
+            f"this one can go (rm -rf {work})")
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
         raise SourceBuildError(f"step compile: pip left {len(wheels)} wheels in {dist}, not one (log {log_path})")
@@ -345,9 +411,11 @@ def build_flavor(base: Base, flavor: str, python: str = sys.executable, jobs: in
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(f"   [4/4] {wheels[0].name}", flush=True)
     disk = sum(f.stat().st_size for f in work.rglob("*") if f.is_file() and not f.is_symlink())
-    record.write_text(json.dumps({"wheel": wheels[0].name, "wall_s": round(time.monotonic() - t0),
-                                  "cpu_s": round(cpu), "disk_bytes": disk, "toolchain": tools,
-                                  "digest": digest}, indent=1) + "\n")
+    partial = record.with_suffix(".partial")  # written whole, then renamed: never half a record
+    partial.write_text(json.dumps({"wheel": wheels[0].name, "wall_s": round(time.monotonic() - t0),
+                                   "cpu_s": round(cpu), "disk_bytes": disk, "toolchain": tools,
+                                   "digest": digest}, indent=1) + "\n")
+    os.replace(partial, record)
     return wheels[0]
 
 

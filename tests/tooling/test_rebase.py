@@ -336,3 +336,20 @@ def test_a_base_without_a_cpu_wheel_is_refused_before_any_download_without_a_bui
                                         r"nothing of how to compile it \(\[build.cpu\].*nothing was downloaded"):
         pin_new_base(load_base(line / "base.toml"), "1.1.0", ("--no-index", "--find-links", str(tmp_path / "index")))
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == before
+
+
+def test_a_patch_is_not_both_dropped_and_deferred(old_line):
+    from scripts.series.rebase import check_drops_and_defers
+
+    with pytest.raises(SeriesError, match="--drop and --defer both name 0002"):
+        check_drops_and_defers(parse_drops(["0002=1.1.0"]), parse_defers(["0002=not ported"]))
+    with pytest.raises(SeriesError, match="--defer 0002 is given twice"):
+        parse_defers(["0002=a", "0002=b"])
+    with pytest.raises(SeriesError, match="--drop 0002 is given twice"):
+        parse_drops(["0002=1.1.0", "0002=1.2.0"])
+    paths, pip_args = old_line
+    stop_at_0002(paths, pip_args)
+    resume_drop = parse_drops(["0002=1.1.0"])
+    with pytest.raises(SeriesError, match="--drop and --defer both name 0002"):
+        resume(resume_drop, paths=paths, defers={"0002": "not ported"})
+    assert rebase_in_progress(paths)  # nothing was carried out

@@ -189,3 +189,29 @@ def test_drift_reads_a_build_patch_against_the_targets_build_sources(tmp_path):
     (top / "csrc" / "cpu" / "torch_bindings.cpp").unlink()
     assert _survey_build(probe, top, tmp_path / "w4")[1:3] == (
         "conflicts", "the target has no csrc/cpu/torch_bindings.cpp")
+
+
+def test_the_callers_compiler_settings_do_not_reach_the_build():
+    """What would change the compiled result without changing the digest is
+    not passed to the build; g++ is the compiler, as the digest records."""
+    env, dropped = source_build.build_environment({
+        "PATH": "/usr/bin", "HOME": "/root", "CXX": "clang++", "CXXFLAGS": "-O0", "CPATH": "/opt/include",
+        "CMAKE_BUILD_TYPE": "Debug", "CMAKE_ARGS": "-DX=1", "VLLM_USE_PRECOMPILED": "1", "VLLM_CPU_AVX512BF16": "0",
+        "FETCHCONTENT_SOURCE_DIR_ONEDNN": "/elsewhere", "MAX_JOBS": "64", "PIP_CERT": "/etc/ssl/cert.pem"})
+    assert dropped == ["CMAKE_ARGS", "CMAKE_BUILD_TYPE", "CPATH", "CXX", "CXXFLAGS", "FETCHCONTENT_SOURCE_DIR_ONEDNN",
+                       "MAX_JOBS", "VLLM_CPU_AVX512BF16", "VLLM_USE_PRECOMPILED"]
+    assert env == {"PATH": "/usr/bin", "HOME": "/root", "PIP_CERT": "/etc/ssl/cert.pem", **OFFLINE_ENV,
+                   "CC": "gcc", "CXX": "g++"}
+
+
+def test_a_half_written_record_is_no_finished_build(tmp_path, monkeypatch):
+    monkeypatch.setenv("VDIST_CACHE", str(tmp_path))
+    monkeypatch.setenv("VDIST_BUILD_CPU", "sdist")
+    base = load_base(LINE)
+    work = work_dir(base, "cpu", build_digest(base, "cpu", toolchain()))
+    (work / "dist").mkdir(parents=True)
+    (work / "dist" / "vllm.whl").write_bytes(b"built")
+    (work / "built.json").write_text('{"wheel": "vllm.wh')  # cut off
+    assert source_build.built(base, "cpu") is None
+    (work / "built.json").write_text('{"wheel": "vllm.whl"}')
+    assert source_build.built(base, "cpu") == work / "dist" / "vllm.whl"

@@ -124,4 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     except (DriftError, SeriesError, BaseError, LineError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception:  # a crash is no finding about the patches: not 1, which soft-fails the step
+        import traceback
+
+        traceback.print_exc()
+        print("error: drift crashed (above); exit status 2", file=sys.stderr)
+        return 2
 
