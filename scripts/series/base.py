@@ -504,6 +504,15 @@ def fetch(artifact: Artifact, cache: Path | None = None, pip_args: tuple[str, ..
                         filename=artifact.filename, sha256=artifact.sha256)
 
 
+def cached_sdist(project: str, version: str, pip_args: tuple[str, ...] = ()) -> Path:
+    """``<project>-<version>.tar.gz`` from the download cache, else fetched
+    there with ``sdist_download`` (which needs an environment that imports
+    torch: vLLM's setup.py prepares the metadata). Not pinned: for sdists a
+    line does not pin (drift's targets, a rebase's new base)."""
+    cached = cache_dir() / f"{project}-{version}.tar.gz"
+    return cached if cached.exists() else sdist_download(project, version, cache_dir(), pip_args)
+
+
 def sdist_download(project: str, version: str, dest: Path, pip_args: tuple[str, ...] = (),
                    **pinned) -> Path:
     """``pip_download`` of a vLLM sdist (``pinned``: its ``filename`` and
@@ -683,8 +692,7 @@ def main(argv: list[str] | None = None) -> int:
                 for pkg in base.bundled.get(flavor, []):
                     print(fetch_deb(pkg))
         elif args.cmd == "sdist":
-            cached = cache_dir() / f"vllm-{args.version}.tar.gz"
-            print(cached if cached.exists() else sdist_download("vllm", args.version, cache_dir()))
+            print(cached_sdist("vllm", args.version))
         elif args.cmd == "requirements":
             print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
         elif args.cmd == "constraints":

@@ -60,7 +60,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -69,11 +68,11 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO
 from scripts.series.base import (Base, BaseError, cache_dir, extract_wheel, fetch, load_base, pip_download,
-                                 pip_versions, sdist_download, sha256_file, wheel_metadata)
+                                 pip_versions, cached_sdist, sdist_download, sha256_file, wheel_metadata)
 from scripts.series.diff import parse_diff
 from scripts.series.lines import PATCHES_ROOT, Line, get_line, line_names, patch_number, retired_numbers
 from scripts.series.patchfile import Patch, PatchDoesNotApply, SeriesError, applied_upstream, read_series
-from scripts.series.source_build import is_build_patch, patch_files
+from scripts.series.source_build import is_build_patch, patch_files, sdist_files
 from scripts.series.tree import apply_patch, apply_series, build_tree, failing_hunk, run_git, tree_state
 
 # git's conflict markers (diff3 style)
@@ -533,13 +532,11 @@ def _carry_build(paths: Paths, state: State, name: str, old_dir: Path) -> None:
         sdist = fetch(new.release_sdist())
     except BaseError:
         project = tomllib.loads((paths.staged / "base.toml").read_text())["base"].get("project", "vllm")
-        sdist = sdist_download(project, state.onto, cache_dir())
+        sdist = cached_sdist(project, state.onto)
     carried = [paths.staged / n for n in state.carried if is_build_patch(paths.staged / n)]
     with tempfile.TemporaryDirectory(dir=paths.state_dir, prefix="build-") as tmp:
         top = Path(tmp) / f"vllm-{state.onto}"
-        wanted = {f"vllm-{state.onto}/{f}" for p in [*carried, old_dir / name] for f in patch_files(p)}
-        with tarfile.open(sdist) as tar:
-            tar.extractall(tmp, members=[m for m in tar.getmembers() if m.name in wanted], filter="tar")
+        sdist_files(sdist, {f for p in [*carried, old_dir / name] for f in patch_files(p)}, top)
         try:
             for p in [*carried, old_dir / name]:
                 apply_patch(p, top)

@@ -129,13 +129,22 @@ def check_build_patches(base: Base, dest: Path) -> list[str]:
     patches = build_patches(base)
     if not patches:
         return []
-    top = f"vllm-{base.version}"
-    wanted = {f"{top}/{f}" for p in patches for f in patch_files(p)}
-    with tarfile.open(fetch(base.release_sdist())) as tar:
-        tar.extractall(dest, members=[m for m in tar.getmembers() if m.name in wanted], filter="tar")
+    top = dest / f"vllm-{base.version}"
+    sdist_files(fetch(base.release_sdist()), {f for p in patches for f in patch_files(p)}, top)
     for p in patches:
-        apply_patch(p, dest / top)
+        apply_patch(p, top)
     return [p.name for p in patches]
+
+
+def sdist_files(sdist: Path, files: set[str], dest: Path) -> None:
+    """Extract ``files`` (paths under the sdist's top folder, such as
+    ``cmake/cpu_extension.cmake``) from ``sdist`` into ``dest``, at the same
+    paths: the build sources a build patch is applied to or read against."""
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if "/" in m.name and m.name.split("/", 1)[1] in files]
+        for m in members:
+            m.name = m.name.split("/", 1)[1]
+        tar.extractall(dest, members=members, filter="tar")
 
 
 def toolchain(python: str = sys.executable) -> dict[str, str]:

@@ -123,12 +123,19 @@ def test_the_build_digest_covers_every_input(tmp_path, monkeypatch):
     assert build_digest(base, "cpu", tools) != d0
 
 
-def test_a_finished_build_is_not_run_again(tmp_path, monkeypatch):
+def _cached_work(tmp_path, monkeypatch):
+    """The line, its cpu flavor from the sdist, and the work directory its
+    build would have in a private cache (``dist/`` made, nothing built)."""
     monkeypatch.setenv("VDIST_CACHE", str(tmp_path))
     monkeypatch.setenv("VDIST_BUILD_CPU", "sdist")
     base = load_base(LINE)
     work = work_dir(base, "cpu", build_digest(base, "cpu", toolchain()))
     (work / "dist").mkdir(parents=True)
+    return base, work
+
+
+def test_a_finished_build_is_not_run_again(tmp_path, monkeypatch):
+    base, work = _cached_work(tmp_path, monkeypatch)
     wheel = work / "dist" / "vllm-0.32.0+cpu-cp38-abi3-linux_x86_64.whl"
     wheel.write_bytes(b"built")
     (work / "built.json").write_text(json.dumps({"wheel": wheel.name}))
@@ -205,11 +212,7 @@ def test_the_callers_compiler_settings_do_not_reach_the_build():
 
 
 def test_a_half_written_record_is_no_finished_build(tmp_path, monkeypatch):
-    monkeypatch.setenv("VDIST_CACHE", str(tmp_path))
-    monkeypatch.setenv("VDIST_BUILD_CPU", "sdist")
-    base = load_base(LINE)
-    work = work_dir(base, "cpu", build_digest(base, "cpu", toolchain()))
-    (work / "dist").mkdir(parents=True)
+    base, work = _cached_work(tmp_path, monkeypatch)
     (work / "dist" / "vllm.whl").write_bytes(b"built")
     (work / "built.json").write_text('{"wheel": "vllm.wh')  # cut off
     assert source_build.built(base, "cpu") is None

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,11 +15,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from scripts.common.paths import BUILD
-from scripts.series.base import Base, BaseError, cache_dir, extract_wheel, fetch, load_base, sdist_download
+from scripts.series.base import Base, BaseError, cached_sdist, extract_wheel, fetch, load_base
 from scripts.series.diff import FileDiff, Hunk, parse_diff
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
 from scripts.series.patchfile import Patch, SeriesError, applied_upstream, line_dir, read_series
-from scripts.series.source_build import is_build_patch, patch_files
+from scripts.series.source_build import is_build_patch, patch_files, sdist_files
 from scripts.series.tree import apply_patch, run_git
 
 STATUSES = ("applies", "conflicts", "upstream", "obsolete")
@@ -260,30 +259,27 @@ def drift_target(source_root: Path, target_version: Version | None, names: list[
 def _with_build_sources(src: Path, version: str, build: list[Path], pip_args: tuple[str, ...]) -> Path:
     """A copy of the release's sources ``src`` (a wheel's ``vllm/``) with the
     files the build patches change, taken from the release's sdist
-    (``sdist_download``, cached), so that build patches are classified
-    against what the release builds from. Made once beside ``src``."""
+    (``cached_sdist``), so that build patches are classified
+    against what the release builds from. Made once beside ``src`` for the
+    set of files the build patches change (a patch changing another file
+    makes it anew)."""
     out = src.parent / f"{src.name}-build"
-    if (out / ".complete").exists():
+    files = {f for p in build for f in patch_files(p)}
+    listing = "".join(f"{f}\n" for f in sorted(files))
+    if (out / ".complete").exists() and (out / ".complete").read_text() == listing:
         return out
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(src, out, symlinks=True)
-    sdist = cache_dir() / f"vllm-{version}.tar.gz"
-    if not sdist.exists():
-        try:
-            sdist = sdist_download("vllm", version, cache_dir(), pip_args)
-        except BaseError as e:
-            raise DriftError(
-                f"the build patches ({', '.join(p.name for p in build)}) are read against vLLM {version}'s sdist, "
-                f"which is not in the download cache and pip could not prepare here ({str(e).splitlines()[0]}): "
-                f"pip runs vLLM's setup.py, which imports torch. Fix: fetch it once with a line's venv, "
-                f".venv-<line>/bin/python -m scripts.series.base sdist {version}") from None
-    wanted = {f"vllm-{version}/{f}" for p in build for f in patch_files(p)}
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if m.name in wanted]
-        for m in members:
-            m.name = m.name.split("/", 1)[1]
-        tar.extractall(out, members=members, filter="tar")
-    (out / ".complete").write_text("")
+    try:
+        sdist = cached_sdist("vllm", version, pip_args)
+    except BaseError as e:
+        raise DriftError(
+            f"the build patches ({', '.join(p.name for p in build)}) are read against vLLM {version}'s sdist, "
+            f"which is not in the download cache and pip could not prepare here ({str(e).splitlines()[0]}): "
+            f"pip runs vLLM's setup.py, which imports torch. Fix: fetch it once with a line's venv, "
+            f".venv-<line>/bin/python -m scripts.series.base sdist {version}") from None
+    sdist_files(sdist, files, out)
+    (out / ".complete").write_text(listing)
     return out
 
 
