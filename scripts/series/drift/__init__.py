@@ -7,7 +7,7 @@ Command line (``make drift`` runs the first form)::
     python -m scripts.series.drift --upstream PATH      # an upstream source tree (e.g. a clone of main)
     python -m scripts.series.drift --upstream PATH --releases all   # both
     python -m scripts.series.drift --releases 0.28.0,0.29.0
-    python -m scripts.series.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF]
+    python -m scripts.series.drift test-upstream [--releases V,V] [--patch NAME] [--ref REF] [--env own|line]
 
 Targets. By default every vLLM release on the package index newer than the
 base (the line's ``base.toml``), up to the latest. A release's Python sources
@@ -60,9 +60,11 @@ fail, upstream and obsolete are skipped) and a table on the terminal, last.
 
 ``test-upstream`` runs each patch's unit tests (the line's ``tests.toml``)
 against the *unpatched* Python sources of each release: a copy of this
-repository's ``tests/`` and ``scripts/`` beside the release's ``vllm/``
-(compiled extensions from the pinned base cpu wheel, since newer releases'
-may not load with this torch). A patch whose tests all pass on a release is
+repository's ``tests/`` and ``scripts/`` beside the release's ``vllm/``, in
+the release's own environment by default (``envs``: its torch and
+requirements, its cpu extension compiled from its sdist with the line's
+build patches; ``--env line``: this environment with the line's cpu wheel,
+quicker, where a failure can be the environment's). A patch whose tests all pass on a release is
 carried upstream there: that release goes into its ``Applied-Upstream``.
 Each test comes to one of ``passed``, ``failed``, ``error`` (a fixture
 failed, or pytest crashed or timed out), ``skipped``, ``not collected`` (the
@@ -73,7 +75,8 @@ outcomes, ``reports/drift-upstream.json``.
 
 Modules: ``releases`` (the targets' sources: index, fetch, extract, tree
 version), ``classify`` (a status per patch and target), ``report`` (JSON,
-JUnit, table), ``upstream`` (test-upstream), ``cli`` (the command line).
+JUnit, table), ``upstream`` (test-upstream), ``envs`` (a release's own
+environment for it), ``cli`` (the command line).
 Their public names are importable from ``scripts.series.drift``.
 """
 

