@@ -67,7 +67,7 @@ from pathlib import Path
 
 from scripts.common.paths import REPORTS
 from scripts.series.base import (Base, BaseError, DebianPackage, ThirdPartySource, cache_dir, fetch, fetch_deb,
-                                 load_base, third_party_dir, verify_digest)
+                                 load_base, sha256_file, third_party_dir, verify_digest)
 from scripts.series.diff import parse_diff
 from scripts.series.gitapply import apply_patch
 from scripts.series.patchfile import Patch, SeriesError, read_series
@@ -173,11 +173,51 @@ def _toolchain(python: str) -> dict[str, str]:
         tools[tool] = _run([str(exe), "--version"]).splitlines()[0]
     tools["python"] = _run([python, "-c", "import sys; print(sys.implementation.cache_tag)"])
     try:
-        tools["torch"] = _run([python, "-c", "import torch; print(torch.__version__)"])
+        tools["torch"], cuda = _run([python, "-c", "import torch; print(torch.__version__, torch.version.cuda)"]).split()
     except subprocess.CalledProcessError:
         raise SourceBuildError(f"step toolchain: {python} cannot import torch, which the extensions build "
                                "against. Fix: make env (it installs the line's torch)") from None
+    if cuda != "None":
+        # A CUDA build of torch (PyPI's) declares CUDA in its CMake config, which then needs the
+        # toolkit's headers and libcudart even for the CPU extension. The toolkit: the first of
+        # $CUDA_HOME, $CUDA_PATH, torch's own guess (torch.utils.cpp_extension.CUDA_HOME: nvcc's
+        # parent directory, which a wrapper script in /usr/local/bin makes /usr/local) and
+        # /usr/local/cuda that holds include/cuda_runtime.h and bin/nvcc; named here so that it
+        # is in the digest.
+        guess = _run([python, "-c", "from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME)"])
+        home = cuda_toolkit([os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), guess.splitlines()[-1],
+                             "/usr/local/cuda"], f"torch {tools['torch']} in {python} is a CUDA build (CUDA {cuda})")
+        version = _run([str(home / "bin" / "nvcc"), "--version"]).splitlines()[-1]
+        tools["cuda-toolkit"] = f"{home.resolve()} {version}"
+        if nvrtc := cuda_nvrtc(python, home):  # by its content: the path may be inside a clone's venv
+            tools["cuda-nvrtc"] = f"{nvrtc.name} sha256:{sha256_file(nvrtc)}"
     return tools
+
+
+def cuda_toolkit(candidates: list[str | None], why: str) -> Path:
+    """The first of ``candidates`` (paths; None and ``"None"`` skipped) that is
+    a CUDA toolkit's root: ``include/cuda_runtime.h`` and ``bin/nvcc``. A
+    directory holding only an ``nvcc`` wrapper (``/usr/local``) is not one.
+    ``SourceBuildError`` naming ``why`` a toolkit is needed, where it was
+    looked for, and the fix, when none is."""
+    names = [c for c in candidates if c and c != "None"]
+    for c in names:
+        if (Path(c) / "include" / "cuda_runtime.h").is_file() and (Path(c) / "bin" / "nvcc").exists():
+            return Path(c)
+    raise SourceBuildError(
+        f"step toolchain: {why}; its CMake config needs a CUDA toolkit's headers and libcudart even for the CPU "
+        f"extension, and none was found (looked in {', '.join(names) or 'nothing'}). Fix: install torch's CPU build "
+        "in that environment, or a CUDA toolkit of torch's CUDA version (CUDA_HOME names its root)")
+
+
+def cuda_nvrtc(python: str, home: Path) -> Path | None:
+    """The libnvrtc a CUDA build of torch links every extension against: the
+    toolkit's at ``home`` (``lib*/``), else the one of torch's own
+    ``nvidia-*`` packages beside it in ``python``'s environment (a toolkit
+    with only the runtime and nvcc has none); None when neither has it."""
+    site = Path(_run([python, "-c", "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"]))
+    found = sorted([*home.glob("lib*/libnvrtc.so*"), *site.glob("nvidia/*/lib/libnvrtc.so.*")])
+    return found[0] if found else None
 
 
 def build_digest(base: Base, flavor: str, tools: dict[str, str]) -> str:
@@ -269,7 +309,7 @@ def unpack_packages(packages: tuple[DebianPackage, ...], dest: Path) -> Path:
 # the build runs without them; g++ is the compiler (CC/CXX set), as toolchain() checks.
 _BUILD_ENV_DROPPED = re.compile(r"(CC|CXX|CPP|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CPATH|LIBRARY_PATH|C_INCLUDE_PATH|"
                                 r"CPLUS_INCLUDE_PATH|CMAKE_\w*|VLLM_\w*|FETCHCONTENT_\w*|MAX_JOBS|NVCC_THREADS|"
-                                r"SETUPTOOLS_SCM_\w*|TORCH_CUDA_ARCH_LIST)")
+                                r"SETUPTOOLS_SCM_\w*|TORCH_CUDA_ARCH_LIST|CCACHE_\w*|SCCACHE_\w*|CUDA_HOME|CUDA_PATH)")
 
 
 def build_environment(environ: dict[str, str]) -> tuple[dict[str, str], list[str]]:
@@ -380,12 +420,28 @@ def _build_locked(base: Base, flavor: str, python: str, jobs: int | None, tools:
         env[t.cmake] = str(tree)
         cmake_args.append(f"-D{t.cmake}={tree}")
     env["CMAKE_ARGS"] = " ".join(cmake_args)
+    if "cuda-toolkit" in tools:  # a CUDA build of torch: its CMake config needs the toolkit's headers
+        cmake_args.append(f"-DCUDA_TOOLKIT_ROOT_DIR={tools['cuda-toolkit'].split()[0]}")
+        if "cuda-nvrtc" in tools:
+            cmake_args.append(f"-DCUDA_nvrtc_LIBRARY={cuda_nvrtc(python, Path(tools['cuda-toolkit'].split()[0]))}")
+        env["CMAKE_ARGS"] = " ".join(cmake_args)
+    path = [str(Path(python).parent)]
     if build.packages:
         root = unpack_packages(build.packages, work / "packages")
         multiarch = tools["g++"].split()[-1]
         env["CPATH"] = str(root / "usr" / "include")
         env["LIBRARY_PATH"] = str(root / "usr" / "lib" / multiarch)
-    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
+        if (root / "usr" / "bin" / "ccache").exists():
+            # upstream's setup.py launches the compiler through ccache when it is on PATH; the
+            # objects are kept in <cache>/ccache, keyed by their preprocessed source with the
+            # work directory's path taken out, so that a build in another work directory
+            # (another digest) reuses every object whose source did not change
+            path.append(str(root / "usr" / "bin"))
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (str(root / "usr" / "lib" / multiarch), env.get("LD_LIBRARY_PATH")) if p)
+            env.update(CCACHE_DIR=str(cache_dir() / "ccache"), CCACHE_BASEDIR=str(work), CCACHE_NOHASHDIR="true",
+                       CCACHE_COMPILERCHECK="content", CCACHE_MAXSIZE="20G")
+    env["PATH"] = os.pathsep.join([*path, env.get("PATH", "")])
     print(f"   [3/4] compile (upstream's setup.py: CMake, Ninja, {env['MAX_JOBS']} jobs)", flush=True)
     REPORTS.joinpath("logs").mkdir(parents=True, exist_ok=True)
     log_path = REPORTS / "logs" / f"build-{flavor}.log"

@@ -54,7 +54,7 @@ def test_a_line_says_how_each_flavor_is_obtained(monkeypatch):
     monkeypatch.delenv("VDIST_BUILD_CPU", raising=False)
     assert base.build("cpu").source == "wheel" and base.build("cuda").source == "wheel"
     assert [t.name for t in base.build("cpu").third_party] == ["onednn"]
-    assert [p.package for p in base.build("cpu").packages] == ["libnuma-dev", "libnuma1"]
+    assert [p.package for p in base.build("cpu").packages] == ["libnuma-dev", "libnuma1", "ccache", "libhiredis0.14"]
     assert base.wheel_platform("cpu") == "manylinux_2_31_x86_64"  # the wheel's tag, raised by tcmalloc
     monkeypatch.setenv("VDIST_BUILD_CPU", "sdist")
     assert base.build("cpu").source == "sdist"
@@ -204,9 +204,10 @@ def test_the_callers_compiler_settings_do_not_reach_the_build():
     env, dropped = source_build.build_environment({
         "PATH": "/usr/bin", "HOME": "/root", "CXX": "clang++", "CXXFLAGS": "-O0", "CPATH": "/opt/include",
         "CMAKE_BUILD_TYPE": "Debug", "CMAKE_ARGS": "-DX=1", "VLLM_USE_PRECOMPILED": "1", "VLLM_CPU_AVX512BF16": "0",
-        "FETCHCONTENT_SOURCE_DIR_ONEDNN": "/elsewhere", "MAX_JOBS": "64", "PIP_CERT": "/etc/ssl/cert.pem"})
-    assert dropped == ["CMAKE_ARGS", "CMAKE_BUILD_TYPE", "CPATH", "CXX", "CXXFLAGS", "FETCHCONTENT_SOURCE_DIR_ONEDNN",
-                       "MAX_JOBS", "VLLM_CPU_AVX512BF16", "VLLM_USE_PRECOMPILED"]
+        "FETCHCONTENT_SOURCE_DIR_ONEDNN": "/elsewhere", "MAX_JOBS": "64", "PIP_CERT": "/etc/ssl/cert.pem",
+        "CCACHE_DISABLE": "1", "CUDA_HOME": "/opt/cuda-12"})
+    assert dropped == ["CCACHE_DISABLE", "CMAKE_ARGS", "CMAKE_BUILD_TYPE", "CPATH", "CUDA_HOME", "CXX", "CXXFLAGS",
+                       "FETCHCONTENT_SOURCE_DIR_ONEDNN", "MAX_JOBS", "VLLM_CPU_AVX512BF16", "VLLM_USE_PRECOMPILED"]
     assert env == {"PATH": "/usr/bin", "HOME": "/root", "PIP_CERT": "/etc/ssl/cert.pem", **OFFLINE_ENV,
                    "CC": "gcc", "CXX": "g++"}
 
@@ -218,3 +219,41 @@ def test_a_half_written_record_is_no_finished_build(tmp_path, monkeypatch):
     assert source_build.built(base, "cpu") is None
     (work / "built.json").write_text('{"wheel": "vllm.whl"}')
     assert source_build.built(base, "cpu") == work / "dist" / "vllm.whl"
+
+
+def _toolkit(root: Path, headers: bool = True) -> Path:
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    if headers:
+        (root / "include").mkdir()
+        (root / "include" / "cuda_runtime.h").write_text("")
+    return root
+
+
+def test_a_cuda_torch_builds_against_the_first_real_toolkit(tmp_path):
+    """PyPI's torch is a CUDA build, whose CMake config needs a toolkit even for
+    the CPU extension: the first candidate with headers and nvcc, not a
+    directory holding only an nvcc wrapper (torch's own guess here: /usr/local)."""
+    wrapper = _toolkit(tmp_path / "usr-local", headers=False)
+    real = _toolkit(tmp_path / "cuda-13.0")
+    assert source_build.cuda_toolkit([None, "None", str(wrapper), str(real)], "torch 2.14.1 is a CUDA build") == real
+    with pytest.raises(SourceBuildError, match=r"step toolchain: torch 2.14.1 is a CUDA build; .* none was found "
+                                               rf"\(looked in {wrapper}\)\. Fix: install torch's CPU build"):
+        source_build.cuda_toolkit([None, str(wrapper)], "torch 2.14.1 is a CUDA build")
+
+
+def test_nvrtc_comes_from_the_toolkit_else_from_torchs_own_package(tmp_path):
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "__init__.py").write_text("")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    toolkit = _toolkit(tmp_path / "cuda")
+    assert source_build.cuda_nvrtc(str(python), toolkit) is None
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13").write_text("")
+    assert source_build.cuda_nvrtc(str(python), toolkit) == site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13"
+    (toolkit / "lib64").mkdir()
+    (toolkit / "lib64" / "libnvrtc.so.13").write_text("")
+    assert source_build.cuda_nvrtc(str(python), toolkit) == toolkit / "lib64" / "libnvrtc.so.13"
