@@ -132,10 +132,16 @@ tree: env
 	$(PY) -m scripts.series apply --flavor $(FLAVOR) --out $(LINE_BUILD)/vllm
 
 # Every line's series, not only LINE's: a change to the tooling can break a line nobody built.
+# A candidate line (patches/lines.toml names it neither default nor maintenance: one being
+# brought up) has no environment here: its series is linted on its flavors' sources, with
+# this line's interpreter, nothing compiled (python -m scripts.series lint --sources-only).
 lint: env
 	$(PY) -m ruff check scripts tests setup.py
-	@for line in $$($(PYTHON) -m scripts.series.lines list); do \
+	@for line in $$($(PYTHON) -m scripts.series.lines released); do \
 		$(MAKE) --no-print-directory LINE=$$line VENV=.venv-$$line lint-line || exit 1; done
+	@for line in $$($(PYTHON) -m scripts.series.lines candidates); do \
+		echo "== candidate line $$line: its series on its flavors' sources"; \
+		$(PY) -m scripts.series --line $$line lint --sources-only || exit 1; done
 
 # One line's series lint; its tests map is collected by pytest with the line's own venv,
 # its wheel installed and its applied tree (the tests import the vllm of their line, whose

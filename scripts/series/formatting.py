@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scripts.series.base import Base, fetch
 from scripts.series.patchfile import Patch, read_series
-from scripts.series.source_build import is_build_patch
+from scripts.series.source_build import is_build_patch, sdist_package
 from scripts.series.tree import apply_patch, run_git
 
 # vLLM's pyproject.toml: [tool.ruff] line-length = 88, ruff format's defaults
@@ -48,30 +48,40 @@ def _unformatted(root: Path, paths: list[str]) -> set[str]:
     return unformatted
 
 
+def _base_files(base: Base, flavor: str, paths: set[str]) -> dict[str, bytes]:
+    """Those of ``paths`` that the base of ``flavor`` has, with their bytes:
+    from its pinned wheel (``fetch``, cached), or for a flavor compiled from
+    the sdist, from the sdist's package (``sdist_package``: nothing compiled)."""
+    if base.build(flavor).source == "sdist":
+        root = sdist_package(base)
+        return {p: (root / p).read_bytes() for p in sorted(paths) if (root / p).is_file()}
+    with zipfile.ZipFile(fetch(base.artifact(flavor))) as zf:
+        names = set(zf.namelist())
+        return {p: zf.read(p) for p in sorted(paths) if p in names}
+
+
 def lint_formatting(base: Base, patches_dir: Path | None = None, flavor: str = "cpu") -> list[str]:
     """Python files of the series that ``ruff format`` (``RUFF_FORMAT``) would
     reformat although the base's version passes it (or the series adds them),
     one problem each naming the file, the patches that change it and the fix.
 
     ``patches_dir`` is the line's directory (``base.dir`` by default). Builds
-    a scratch tree of the files the series touches: the base wheel's versions
-    (``fetch``, cached), then the whole series applied with ``git apply``.
+    a scratch tree of the files the series touches: the base's versions
+    (``_base_files``), then the whole series applied with ``git apply``.
     Raises ``PatchDoesNotApply`` if the series does not apply, and
     ``RuntimeError`` if ruff does not run."""
     patches_dir = Path(patches_dir) if patches_dir is not None else base.dir
     touched = {p: names for p, names in touched_files(patches_dir).items() if p.endswith(".py")}
-    wheel = fetch(base.artifact(flavor))
     with tempfile.TemporaryDirectory(prefix="series-format-") as tmp:
         root = Path(tmp)
         run_git(["init", "-q"], cwd=root)
-        with zipfile.ZipFile(wheel) as zf:
-            names = set(zf.namelist())
-            # every file the series touches (so that whole patches apply); .py ones are checked
-            for path in touched_files(patches_dir):
-                if path in names:
-                    (root / path).parent.mkdir(parents=True, exist_ok=True)
-                    (root / path).write_bytes(zf.read(path))
-            in_base = [p for p in touched if p in names]
+        files = _base_files(base, flavor, set(touched_files(patches_dir)))
+        names = set(files)
+        # every file the series touches (so that whole patches apply); .py ones are checked
+        for path, data in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(data)
+        in_base = [p for p in touched if p in names]
         formatted_on_base = set(in_base) - _unformatted(root, in_base)
         for name in read_series(patches_dir / "series"):
             if not is_build_patch(patches_dir / name):  # the sdist's files, not the wheel's

@@ -21,7 +21,13 @@ exists: standard library only)::
 
     python -m scripts.series.lines default     # the default line, e.g. 0.32.0
     python -m scripts.series.lines maintenance # the maintenance lines, e.g. 0.26.0
+    python -m scripts.series.lines released    # the default line, then the maintenance lines
+    python -m scripts.series.lines candidates  # the lines being brought up (in neither), oldest first
     python -m scripts.series.lines list        # every line, oldest first
+
+A line directory that ``lines.toml`` names neither ``default`` nor in
+``maintenance`` is a *candidate*: a line being brought up (a rebase's
+result under review), linted at the series level only.
 """
 
 from __future__ import annotations
@@ -118,6 +124,16 @@ def maintenance_lines(root: Path = PATCHES_ROOT) -> list[str]:
     return sorted(names, key=_version_key)
 
 
+def candidate_lines(root: Path = PATCHES_ROOT) -> list[str]:
+    """The lines being brought up: every line of ``root`` that ``lines.toml``
+    names neither ``default`` nor in ``maintenance``, oldest first. A
+    candidate is linted at the series level (``make lint``: headers, numbers,
+    strict apply to its flavors' sources, build patches to its sdist) and is
+    neither built, tested nor released until ``lines.toml`` names it."""
+    released = {default_line(root), *maintenance_lines(root)}
+    return [n for n in line_names(root) if n not in released]
+
+
 def get_line(name: str | None = None, root: Path = PATCHES_ROOT) -> Line:
     """The line ``name``; without it ``$VDIST_LINE``, else the default line.
     Raises ``LineError`` naming the lines there are."""
@@ -170,7 +186,7 @@ def next_number(line: Line, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.series.lines {default,maintenance,list}``; exit
+    """``python -m scripts.series.lines {default,maintenance,released,candidates,list}``; exit
     status 1 with the error for a ``LineError``."""
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -180,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(maintenance_lines()))
         elif argv == ["list"]:
             print("\n".join(line_names()))
+        elif argv == ["released"]:
+            print("\n".join([default_line(), *maintenance_lines()]))
+        elif argv == ["candidates"]:
+            print("\n".join(candidate_lines()))
         else:
-            print("usage: python -m scripts.series.lines {default,maintenance,list}", file=sys.stderr)
+            print("usage: python -m scripts.series.lines {default,maintenance,released,candidates,list}",
+                  file=sys.stderr)
             return 2
     except LineError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -108,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
                         "upstream change")
     p.add_argument("--forwarded", default="no",
                    help="DEP-3 Forwarded: no (default), not-needed (distribution-specific), or a URL")
-    sub.add_parser("lint", help="check patches/, the line's series, patch numbers, DEP-3 headers and tests "
-                                "map, then a strict apply to every flavor")
+    p = sub.add_parser("lint", help="check patches/, the line's series, patch numbers, DEP-3 headers and tests "
+                                    "map, then a strict apply to every flavor")
+    p.add_argument("--sources-only", action="store_true",
+                   help="a line without an environment here (a candidate, scripts.series.lines): a flavor compiled "
+                        "from the sdist is checked on the sdist's Python sources (nothing compiled), and the mapped "
+                        "tests are not collected")
     p = sub.add_parser("rebase", help="move a line's series onto a newer upstream release as a new line")
     from scripts.series.rebase import add_arguments
 
@@ -152,17 +156,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"refreshed {refresh(args.patch, out, flavor=flavor, base=base)}")
         elif args.cmd == "lint":
             base = load_base(args.line)
-            problems = lint_line(args.line)
+            problems = lint_line(args.line, collect=not args.sources_only)
             if not problems:
                 BUILD.mkdir(exist_ok=True)
-                for flavor in base.artifacts:
+                flavors = list(dict.fromkeys([*base.artifacts, *base.builds]))
+                for flavor in flavors:
                     with tempfile.TemporaryDirectory(dir=BUILD, prefix="lint-") as tmp:
-                        build_tree(base, flavor, Path(tmp))
+                        build_tree(base, flavor, Path(tmp), sources_only=args.sources_only)
                 with tempfile.TemporaryDirectory(dir=BUILD, prefix="lint-") as tmp:
                     build = check_build_patches(base, Path(tmp))
                 print(f"line {base.line} clean: {len(read_series(base.dir / 'series'))} patches, numbers "
                       f"accounted for, DEP-3 headers complete and consistent, mapped tests on upstream's names, "
-                      f"touched files formatted as upstream's, applies strictly to {', '.join(base.artifacts)}"
+                      f"touched files formatted as upstream's, applies strictly to {', '.join(flavors)}"
+                      + (" (the sources of a flavor compiled from the sdist; mapped tests not collected)"
+                         if args.sources_only else "")
                       + (f"; build patches ({len(build)}) to the sdist" if build else ""))
             for p in problems:
                 print(f"error: {p}", file=sys.stderr)

@@ -225,14 +225,20 @@ def _toml(value) -> str:
     raise TypeError(f"no TOML for {value!r}")
 
 
+def _key(name: str) -> str:
+    """A TOML key: bare where TOML allows (letters, digits, ``_``, ``-``),
+    else quoted (``"libhiredis0.14"``: a bare dot would nest a table)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
 def _tables(prefix: str, data: dict) -> str:
     """``[prefix.name]`` tables of string/int/inline-table values."""
     out = []
     for name, table in data.items():
         if all(isinstance(v, dict) for v in table.values()) and table:
-            out.append(_tables(f"{prefix}.{name}", table))
+            out.append(_tables(f"{prefix}.{_key(name)}", table))
             continue
-        out.append(f"[{prefix}.{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in table.items()))
+        out.append(f"[{prefix}.{_key(name)}]\n" + "".join(f"{_key(k)} = {_toml(v)}\n" for k, v in table.items()))
     return "\n".join(out)
 
 
@@ -876,7 +882,7 @@ def _finish(paths: Paths, state: State, old: Base) -> Path:
     dest = paths.patches_root / state.onto
     os.rename(staged, dest)
     new = load_base(dest / "base.toml")
-    apply_series("cpu", paths.work_tree, base=new, force=True)
+    apply_series(check, paths.work_tree, base=new, force=True)  # not a flavor compiled from the sdist
     shutil.rmtree(paths.state_dir)
     dropped = ", ".join(f"{n} since {d['upstream']}" for n, d in state.dropped.items()) or "none"
     print(f"line {state.onto}: {len(state.carried)} patches carried, {len(state.dropped)} dropped "

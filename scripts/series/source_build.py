@@ -147,6 +147,36 @@ def sdist_files(sdist: Path, files: set[str], dest: Path) -> None:
         tar.extractall(dest, members=members, filter="tar")
 
 
+def sdist_package(base: Base) -> Path:
+    """The directory holding ``vllm/``, the Python package of the base's own
+    sdist (``Base.release_sdist``, fetched and verified), extracted once per
+    sdist digest under ``<cache>/builds/src/`` and reused: what a flavor
+    compiled from that sdist installs, without compiling it (the series
+    applies to it; lint and the mapped tests read its names)."""
+    import tempfile
+
+    sdist = base.release_sdist()
+    root = cache_dir() / "builds" / "src" / f"vllm-{base.version}-{sdist.sha256[:12]}"
+    if (root / ".complete").exists():
+        return root
+    path = fetch(sdist)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=".extract-"))
+    try:
+        with tarfile.open(path) as tar:
+            members = [m for m in tar.getmembers() if m.name.split("/")[1:2] == ["vllm"]]
+            for m in members:
+                m.name = m.name.split("/", 1)[1]
+            tar.extractall(tmp, members=members, filter="tar")
+        (tmp / ".complete").write_text(sdist.sha256 + "\n")
+        if not (root / ".complete").exists():  # another run may have finished first
+            shutil.rmtree(root, ignore_errors=True)
+            os.rename(tmp, root)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
 def toolchain(python: str = sys.executable) -> dict[str, str]:
     """The versions of what compiles: g++, CMake, Ninja, the building Python's
     tag and torch (asked once per process and Python). ``SourceBuildError``

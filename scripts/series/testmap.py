@@ -420,11 +420,17 @@ def _undefined(names: set[tuple[str, str | None]], sources: BaseSources) -> set[
 
 
 def base_sources(base: Base) -> BaseSources:
-    """The unpatched Python sources of ``base``'s cpu wheel (fetched, cached,
-    extracted once beside the drift releases' sources)."""
+    """The unpatched Python sources of ``base``'s cpu flavor: its wheel's
+    (fetched, cached, extracted once beside the drift releases' sources), or
+    for a flavor compiled from the sdist, the sdist's package
+    (``scripts.series.source_build.sdist_package``, nothing compiled)."""
     from scripts.series.base import fetch, sha256_file
     from scripts.series.drift.releases import Fetched, release_sources
 
+    if base.build("cpu").source == "sdist":
+        from scripts.series.source_build import sdist_package
+
+        return BaseSources(sdist_package(base))
     art = base.artifact("cpu")
     path = fetch(art)
     return BaseSources(release_sources(Fetched(art.project, art.version, path, art.sha256 or sha256_file(path))))

@@ -18,7 +18,7 @@ from scripts.series.base import Base, extract_wheel, load_base
 from scripts.series.bundled import bundled_files
 from scripts.series.gitapply import apply_patch, failing_hunk, run_git  # noqa: F401  (re-exported)
 from scripts.series.patchfile import SeriesError, line_dir, read_series
-from scripts.series.source_build import flavor_digest, flavor_wheel, is_build_patch
+from scripts.series.source_build import flavor_digest, flavor_wheel, is_build_patch, sdist_package
 
 
 def version_file(version: str) -> str:
@@ -41,17 +41,24 @@ def extract_base(wheel: Path, dest: Path, version: str) -> Path:
 
 
 def build_tree(base: Base, flavor: str, dest: Path, names: list[str] | None = None,
-               patches_dir: Path | None = None) -> Path:
+               patches_dir: Path | None = None, sources_only: bool = False) -> Path:
     """Extract the base of ``flavor`` (``flavor_wheel``: the pinned wheel, or the
     one compiled from the sdist) into ``dest``, add the flavor's bundled
     libraries under ``vllm/libs/`` (``scripts.series.bundled``: tcmalloc for
     cpu) and apply ``names`` (the whole series of ``patches_dir``, the
     base's line by default) in order, build patches left out (they changed
-    the sdist the flavor was compiled from: ``is_build_patch``). Returns
-    ``dest/vllm``."""
+    the sdist the flavor was compiled from: ``is_build_patch``). With
+    ``sources_only``, a flavor compiled from the sdist starts from the
+    sdist's package instead (``sdist_package``: its Python sources, no
+    compiled extension; nothing is compiled), which is enough to check that
+    the series applies. Returns ``dest/vllm``."""
     patches_dir = _patches_of(base, patches_dir)
-    wheel = flavor_wheel(base, flavor)
-    tree = extract_base(wheel, dest, base.flavor_version(flavor))
+    if sources_only and base.build(flavor).source == "sdist":
+        shutil.copytree(sdist_package(base) / "vllm", dest / "vllm", dirs_exist_ok=True)
+        (dest / "vllm" / "_version.py").write_text(version_file(base.flavor_version(flavor)))
+        tree = dest / "vllm"
+    else:
+        tree = extract_base(flavor_wheel(base, flavor), dest, base.flavor_version(flavor))
     for name, data in bundled_files(base, flavor).items():
         (tree / "libs").mkdir(exist_ok=True)
         (tree / "libs" / name).write_bytes(data)

@@ -102,6 +102,24 @@ def test_lines_maintenance(tmp_path):
         maintenance_lines(tmp_path)
 
 
+def test_lines_neither_default_nor_maintenance_are_candidates(tmp_path, capsys, monkeypatch):
+    """A line directory lines.toml does not name is a candidate (being brought
+    up): linted on its sources only, never built, tested or released."""
+    from scripts.series import lines
+
+    for name in ("1.0.0", "1.2.0", "2.0.0", "2.1.0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "base.toml").write_text("")
+    (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["1.2.0"]\n')
+    assert lines.candidate_lines(tmp_path) == ["1.0.0", "2.1.0"]
+    monkeypatch.setattr(lines, "PATCHES_ROOT", tmp_path)
+    monkeypatch.setattr(lines.candidate_lines, "__defaults__", (tmp_path,))
+    monkeypatch.setattr(lines.default_line, "__defaults__", (tmp_path,))
+    monkeypatch.setattr(lines.maintenance_lines, "__defaults__", (tmp_path,))
+    assert lines.main(["released"]) == 0 and lines.main(["candidates"]) == 0
+    assert capsys.readouterr().out == "2.0.0\n1.2.0\n1.0.0\n2.1.0\n"
+
+
 def test_base_command_prints_the_lines_facts(capsys):
     """python -m scripts.series.base constraints / show: what the Makefile and
     the docs read instead of restating pins."""

@@ -353,3 +353,18 @@ def test_a_patch_is_not_both_dropped_and_deferred(old_line):
     with pytest.raises(SeriesError, match="--drop and --defer both name 0002"):
         resume(resume_drop, paths=paths, defers={"0002": "not ported"})
     assert rebase_in_progress(paths)  # nothing was carried out
+
+
+def test_table_names_that_toml_cannot_leave_bare_are_quoted():
+    """A build package named libhiredis0.14 (Debian's name): a bare dot in a
+    table name would nest a table, and the new line's base.toml would not
+    load (KeyError: 'package' at the first build patch)."""
+    import tomllib
+
+    from scripts.series.rebase import _tables
+
+    data = {"libhiredis0.14": {"package": "libhiredis0.14", "version": "0.14.1-3"},
+            "libnuma1": {"package": "libnuma1", "files": {"a.so.1": "usr/lib/a.so.1"}}}
+    text = _tables("build-packages", data)
+    assert '[build-packages."libhiredis0.14"]' in text and "[build-packages.libnuma1]" in text
+    assert tomllib.loads(text) == {"build-packages": data}
