@@ -29,8 +29,8 @@ CPU_TXT = """\
 --extra-index-url https://download.pytorch.org/whl/cpu
 
 numba == 0.65.0 # Required for N-gram speculative decoding
-torch==2.14.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
-torch==2.14.0; platform_system == "Darwin"
+torch==2.99.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
+torch==2.99.0; platform_system == "Darwin"
 triton @ https://example.invalid/triton-3.8.0+cpu-cp311.whl ; platform_machine == "x86_64" and python_version == "3.11"
 triton @ https://example.invalid/triton-3.8.0+cpu-cp312.whl ; platform_machine == "x86_64" and python_version >= "3.12"
 """
@@ -56,8 +56,8 @@ def test_release_requirements_follow_includes_and_leave_options_out(tmp_path):
     assert lines == [
         "regex", "numpy",  # common.txt, where cpu.txt includes it (its own -r cpu.txt is not read twice)
         "numba == 0.65.0",
-        'torch==2.14.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
-        'torch==2.14.0; platform_system == "Darwin"',
+        'torch==2.99.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
+        'torch==2.99.0; platform_system == "Darwin"',
         'triton @ https://example.invalid/triton-3.8.0+cpu-cp311.whl ; platform_machine == "x86_64" and '
         'python_version == "3.11"',
         'triton @ https://example.invalid/triton-3.8.0+cpu-cp312.whl ; platform_machine == "x86_64" and '
@@ -67,11 +67,11 @@ def test_release_requirements_follow_includes_and_leave_options_out(tmp_path):
 
 
 def test_torch_is_the_releases_minor_release_for_this_machine():
-    here = ['torch==2.14.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
-            'torch==2.14.0; platform_system == "Darwin"']
-    assert torch_spec(here) == "torch==2.14.*"
+    here = ['torch==2.99.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
+            'torch==2.99.0; platform_system == "Darwin"']
+    assert torch_spec(here) == "torch==2.99.*"
     with pytest.raises(drift.DriftError, match="pins no torch for this machine"):
-        torch_spec(['torch==2.14.0; platform_system == "Darwin"', "regex"])
+        torch_spec(['torch==2.99.0; platform_system == "Darwin"', "regex"])
 
 
 def test_direct_url_requirements_for_this_machine_are_named_not_installed():
@@ -121,7 +121,7 @@ def test_tests_run_with_the_releases_interpreter_and_extension(tmp_path, fake_ba
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\necho \"$@\" >> {ran}\nexec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
-    made = TargetEnv("1.1.0", python, own_wheel, "2.14.1", ("triton @ https://example.invalid/t.whl (a direct URL)",))
+    made = TargetEnv("1.1.0", python, own_wheel, "2.99.1", ("triton @ https://example.invalid/t.whl (a direct URL)",))
     asked = []
     monkeypatch.setattr(envs, "target_env", lambda b, v: asked.append((b, v)) or made)
     mapping = {"0001-runner.patch": ["tests/test_probe.py::test_extension_is_the_releases"]}

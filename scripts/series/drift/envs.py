@@ -9,8 +9,8 @@ For release ``R`` of a line whose ``base.toml`` has a ``[build.cpu]`` table:
    download cache, else pip), verified by the sha256 it has in the cache;
 2. its torch: the ``torch`` requirement of the sdist's
    ``requirements/cpu.txt`` for this machine (markers evaluated with
-   ``packaging``), relaxed to the same minor release (``torch==2.14.0+cpu``
-   gives ``torch==2.14.*``): the ``+cpu`` builds are on PyTorch's own index,
+   ``packaging``), relaxed to the same minor release (``torch==X.Y.Z+cpu``
+   gives ``torch==X.Y.*``): the ``+cpu`` builds are on PyTorch's own index,
    which the package registries here do not include, and a patch release
    keeps the C++ ABI the extension is built against;
 3. a venv ``.build/drift-envs/R/`` with that torch and requirements/dev.txt
