@@ -114,10 +114,28 @@ def input_preparation_kind(worker) -> str:
     V1 runner has none and prepares no MRV2 inputs);
     from 0.32.0 on the native kernels are overrides registered with upstream's
     dispatcher (``KERNEL_OVERRIDES``), installed when every kernel they name
-    is a ``KernelOverride`` in the worker."""
+    is a ``KernelOverride`` in the worker. From 0.34.0 on, MRV2 without
+    Triton is upstream's standalone CPU runner
+    (``vllm.v1.worker.cpu.standalone_model_runner``), whose inputs are
+    prepared by the CPU extension's ops (``gather_block_table_cpu`` and the
+    others of ``csrc/cpu/input_batch.cpp``, ``block_table.cpp``; on x86 built
+    by the 0.34.0 line's patch 0065): ``"native"`` when the worker's
+    extension registers them."""
     import importlib
+    import importlib.util
 
     from vllm.triton_utils.importing import TRITON_VIA_INTERPRETER
+
+    if importlib.util.find_spec("vllm.v1.worker.cpu.standalone_model_runner") is not None:
+        import torch
+
+        from vllm.v1.worker.cpu.standalone_model_runner import StandaloneCPUModelRunner
+
+        if isinstance(worker.model_runner, StandaloneCPUModelRunner):
+            if not hasattr(torch.ops._C, "gather_block_table_cpu"):
+                raise AssertionError("the standalone CPU runner ran without the CPU extension's input preparation ops")
+            return "native"
+        return "triton-interpreter" if TRITON_VIA_INTERPRETER else "triton"
     from vllm.v1.worker.cpu import input_preparation
 
     if hasattr(input_preparation, "NativeBlockTables"):
