@@ -93,7 +93,8 @@ help:
 	@echo "                  not a gate; offline after its first run (downloads are cached); DRIFT_ARGS=--three-way:"
 	@echo "                  each patch merged three ways, as python -m scripts.series rebase carries it"
 	@echo "make test-upstream each patch's mapped tests on unpatched releases (RELEASES=a,b) or an upstream"
-	@echo "                  checkout (UPSTREAM=path): where upstream carries a patch (reports/drift-upstream.*)"
+	@echo "                  checkout (UPSTREAM=path): where upstream carries a patch (reports/drift-upstream.*);"
+	@echo "                  each release in its own environment (UPSTREAM_ENV=line: in the line's, quicker)"
 	@echo "make upstream-tests upstream's own pooling tests from the line's pinned sdist, offline, against the line;"
 	@echo "                  failures again on unpatched vLLM: upstream's own or the line's (reports/upstream-pooling.*)"
 	@echo "make test         every test of the line: tooling, unit, slow (wheels) and CPU end-to-end (PYTEST_ARGS=... to select);"
@@ -283,9 +284,12 @@ drift: drift-env
 		|| { s=$$?; echo "drift: exit status $$s ($$( [ $$s = 1 ] && echo 'a patch needs a maintainer' || echo 'a target could not be prepared'))" >&2; exit $$s; }
 
 # Each patch's mapped tests (the line's tests.toml) on the unpatched releases
-# (RELEASES=a,b; all newer ones by default) or an upstream checkout (UPSTREAM=path).
+# (RELEASES=a,b; all newer ones by default) or an upstream checkout (UPSTREAM=path),
+# each release in its own environment (UPSTREAM_ENV=own: its CPU extension compiled
+# from its sdist, about 40 min the first time, cached) or in the line's (UPSTREAM_ENV=line).
+UPSTREAM_ENV ?= own
 test-upstream: env
-	$(PY) -m scripts.series.drift test-upstream $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
+	$(PY) -m scripts.series.drift test-upstream --env $(UPSTREAM_ENV) $(if $(UPSTREAM),--upstream $(UPSTREAM)) $(if $(RELEASES),--releases $(RELEASES))
 
 # Upstream's own pooling tests from the line's pinned sdist (base.toml's [upstream-sources.*]),
 # unmodified, against the line's applied tree, offline; every failure again on unpatched vLLM

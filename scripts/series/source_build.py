@@ -170,8 +170,12 @@ def sdist_package(base: Base) -> Path:
             tar.extractall(tmp, members=members, filter="tar")
         (tmp / ".complete").write_text(sdist.sha256 + "\n")
         if not (root / ".complete").exists():  # another run may have finished first
-            shutil.rmtree(root, ignore_errors=True)
-            os.rename(tmp, root)
+            try:
+                os.rename(tmp, root)
+            except OSError:  # root exists: another run's extraction, finished or under way
+                if not (root / ".complete").exists():
+                    shutil.rmtree(root, ignore_errors=True)
+                    os.rename(tmp, root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return root
@@ -246,7 +250,7 @@ def cuda_nvrtc(python: str, home: Path) -> Path | None:
     ``nvidia-*`` packages beside it in ``python``'s environment (a toolkit
     with only the runtime and nvcc has none); None when neither has it."""
     site = Path(_run([python, "-c", "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"]))
-    found = sorted([*home.glob("lib*/libnvrtc.so*"), *site.glob("nvidia/*/lib/libnvrtc.so.*")])
+    found = sorted(home.glob("lib*/libnvrtc.so*")) or sorted(site.glob("nvidia/*/lib/libnvrtc.so.*"))
     return found[0] if found else None
 
 

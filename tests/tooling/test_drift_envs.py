@@ -107,9 +107,12 @@ def test_tests_run_with_the_releases_interpreter_and_extension(tmp_path, fake_ba
     make_wheel(index / "fakevllm-1.1.0-py3-none-any.whl", FAKE_FILES, version="1.1.0")
     repo = tmp_path / "repo"
     (repo / "tests").mkdir(parents=True)
+    venv = tmp_path / "venv"
     (repo / "tests" / "test_probe.py").write_text(
-        "from pathlib import Path\n\n\ndef test_extension_is_the_releases():\n"
-        "    assert Path('vllm/_C.abi3.so').read_text() == 'compiled from 1.1.0'\n")
+        "import os\nfrom pathlib import Path\n\n\ndef test_extension_is_the_releases():\n"
+        "    assert Path('vllm/_C.abi3.so').read_text() == 'compiled from 1.1.0'\n"
+        f"    assert os.environ['VIRTUAL_ENV'] == {str(venv)!r}\n"
+        f"    assert os.environ['PATH'].split(os.pathsep)[0] == {str(venv / 'bin')!r}\n")
     for d in ("scripts", "patches"):
         (repo / d).mkdir()
     (repo / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
@@ -118,7 +121,8 @@ def test_tests_run_with_the_releases_interpreter_and_extension(tmp_path, fake_ba
     own_wheel.parent.mkdir()
     make_wheel(own_wheel, {"vllm/_C.abi3.so": "compiled from 1.1.0"}, version="1.1.0")
     ran = tmp_path / "ran"
-    python = tmp_path / "python"
+    python = venv / "bin" / "python"
+    python.parent.mkdir(parents=True)
     python.write_text(f"#!/bin/sh\necho \"$@\" >> {ran}\nexec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
     made = TargetEnv("1.1.0", python, own_wheel, "2.99.1", ("triton @ https://example.invalid/t.whl (a direct URL)",))
@@ -139,3 +143,11 @@ def test_tests_run_with_the_releases_interpreter_and_extension(tmp_path, fake_ba
     assert not ran.exists()
     with pytest.raises(drift.DriftError, match="unknown environment 'venv'"):
         drift.test_upstream([("fakevllm", "1.1.0")], mapping, pip_args=pip_args, base=base, env="venv")
+
+    def cannot(b, v):
+        raise drift.DriftError("0064 does not apply to vllm-1.1.0.tar.gz")
+
+    monkeypatch.setattr(envs, "target_env", cannot)  # that release only: the run goes on and reports it
+    runs = drift.test_upstream([("fakevllm", "1.1.0")], mapping, pip_args=pip_args, base=base)
+    assert runs["1.1.0"].outcomes == {"tests/test_probe.py::test_extension_is_the_releases": "no environment"}
+    assert runs["1.1.0"].environment == "not made: 0064 does not apply to vllm-1.1.0.tar.gz"

@@ -249,7 +249,7 @@ def test_nvrtc_comes_from_the_toolkit_else_from_torchs_own_package(tmp_path):
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
-    toolkit = _toolkit(tmp_path / "cuda")
+    toolkit = _toolkit(tmp_path / "zz-cuda")  # sorts after site/: the toolkit wins by rule, not by name
     assert source_build.cuda_nvrtc(str(python), toolkit) is None
     (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
     (site / "nvidia" / "cu13" / "lib" / "libnvrtc.so.13").write_text("")

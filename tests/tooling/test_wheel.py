@@ -328,10 +328,13 @@ def test_readme_serve_example_as_written(readme_venv):
     served name), then its curl command as written gives a 384-dimensional
     embedding; the server's files and platform are the cpu wheel's."""
     import signal
+    import socket
     import time
 
     import requests
 
+    with socket.socket() as probe:  # README's port: a server already there would answer for ours
+        assert probe.connect_ex(("127.0.0.1", 8000)) != 0, "port 8000 is in use: README's example serves there"
     venv, root, _ = readme_venv
     got = check_scratch_install("cpu", venv, root)
     assert got.platform == "CpuPlatform"
@@ -339,30 +342,37 @@ def test_readme_serve_example_as_written(readme_venv):
     commands, curl = script.split("\n\n")[0], script.split("\n\n")[1]
     lines = commands.replace("\\\n", " ").splitlines()
     assert [line.split()[:2] for line in lines] == [["vllm", "--version"], ["pip", "install"], ["vllm", "serve"]]
-    env = venv.env(HF_HUB_OFFLINE="1")
-    env = {**user_env(HF_HUB_OFFLINE="1"), "PATH": env["PATH"], "VIRTUAL_ENV": env["VIRTUAL_ENV"]}
+    env = user_env(HF_HUB_OFFLINE="1", VIRTUAL_ENV=str(venv.root))  # a shell that activated the venv
+    env["PATH"] = os.pathsep.join([str(venv.root / "bin"), env["PATH"]])
     subprocess.run(["bash", "-e", "-c", lines[1]], cwd=root, env=env, check=True, capture_output=True)
     log = open(root / "serve.log", "w")
     server = subprocess.Popen(["bash", "-c", "exec " + lines[2]], cwd=root, env=env, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
+        deadline, healthy = time.monotonic() + 600, False
+        while not healthy and time.monotonic() < deadline:
             assert server.poll() is None, (root / "serve.log").read_text()[-3000:]
             try:
-                if requests.get("http://127.0.0.1:8000/health", timeout=5).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            time.sleep(2)
+                healthy = requests.get("http://127.0.0.1:8000/health", timeout=5).status_code == 200
+            except requests.RequestException:
+                time.sleep(2)
+        assert healthy and server.poll() is None, (root / "serve.log").read_text()[-3000:]
         proc = subprocess.run(["bash", "-e", "-c", curl], cwd=root, env=env, capture_output=True, text=True,
                               check=True)
         data = json.loads(proc.stdout)
         assert data["model"] == "all-MiniLM-L6-v2"
         assert len(data["data"][0]["embedding"]) == 384
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):  # the server and its engine processes
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         log.close()
     assert f"version {BASE.flavor_version('cpu')}" in (root / "serve.log").read_text()
 

@@ -6,7 +6,8 @@ environment is another release's.
 For release ``R`` of a line whose ``base.toml`` has a ``[build.cpu]`` table:
 
 1. the sdist ``vllm-R.tar.gz`` (``scripts.series.base.cached_sdist``: the
-   download cache, else pip), verified by the sha256 it has in the cache;
+   download cache, else pip; not pinned, so the build is keyed by the
+   sha256 of the file the cache holds);
 2. its torch: the ``torch`` requirement of the sdist's
    ``requirements/cpu.txt`` for this machine (markers evaluated with
    ``packaging``), relaxed to the same minor release (``torch==X.Y.Z+cpu``
@@ -27,8 +28,10 @@ For release ``R`` of a line whose ``base.toml`` has a ``[build.cpu]`` table:
    left out and ``TargetEnv.left_out`` names them, so the report says what
    the environment lacks.
 
-The venv is made again only when what it was made from changed (the
-``.installed`` record: the torch asked for, the built wheel's digest, the
+The venv is made again when the interpreter it was made with changed, and
+its packages installed again when what they come from changed (the
+``.installed`` record: the interpreter, the torch asked for,
+requirements/dev.txt's digest, the built wheel's digest, the
 requirements)."""
 
 from __future__ import annotations
@@ -173,18 +176,21 @@ def target_env(base: Base, version: str, root: Path | None = None) -> TargetEnv:
     torch = torch_spec(sdist_requirement_lines(sdist, "cpu.txt"))
     venv = (root or BUILD / "drift-envs") / version
     python = venv / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     record = venv / ".installed"
+    base_python = f"{Path(sys.executable).resolve()} {sys.version.split()[0]}"
     done = json.loads(record.read_text()) if record.is_file() else {}
-    if done.get("torch_spec") != torch:
+    if not python.exists() or done.get("python") != base_python:  # new, broken, or of another interpreter
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        done = {}
+    dev = sha256_file(REPO / "requirements" / "dev.txt")
+    if (done.get("torch_spec"), done.get("dev")) != (torch, dev):
         print(f"== drift: vLLM {version}'s environment {venv}: {torch}, requirements/dev.txt", flush=True)
         _pip(python, [torch, "packaging"], torch)
         installed = _installed_torch(python)
         (venv / "constraints.txt").write_text(f"torch=={installed}\n")
         _pip(python, ["-c", str(venv / "constraints.txt"), "-r", str(REPO / "requirements" / "dev.txt")],
              "requirements/dev.txt")
-        done = {"torch_spec": torch}
+        done = {"python": base_python, "torch_spec": torch, "dev": dev}
         record.write_text(json.dumps(done))
     installed = _installed_torch(python)
     try:
@@ -192,7 +198,8 @@ def target_env(base: Base, version: str, root: Path | None = None) -> TargetEnv:
     except SourceBuildError as e:
         raise DriftError(f"vLLM {version}'s {FLAVOR} extension: {e}") from None
     index, url = split_url_requirements(base_requirements(wheel))
-    want = {"torch_spec": torch, "wheel": sha256_file(wheel), "requirements": index}
+    want = {"python": base_python, "torch_spec": torch, "dev": dev, "wheel": sha256_file(wheel),
+            "requirements": index}
     if done != want:
         print(f"== drift: vLLM {version}'s requirements ({len(index)}) into {venv}", flush=True)
         req_file = venv / "requirements-release.txt"

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO, REPORTS
 from scripts.common.reports import write_reports
-from scripts.series.base import Base, extract_wheel, fetch, load_base
+from scripts.series.base import Base, extract_wheel, load_base
 from scripts.series.drift.releases import DriftError, fetch_release, release_sources, tree_version
 from scripts.series.patchfile import line_dir
+from scripts.series.source_build import flavor_wheel
 from scripts.series.testmap import BaseSources, unknown_names
 from scripts.series.tree import version_file
 
@@ -38,9 +39,9 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Bas
     """A repository-shaped directory at ``dest``: ``vllm/`` is the release's
     (or an upstream checkout's) unpatched sources (copied; a checkout's
     missing ``_version.py`` written for its ``git describe`` version) with
-    the compiled extensions of ``wheel`` (default: the cpu wheel of ``base``,
-    the selected line's base by default; symlinked where the sources have
-    none), ``scripts/``,
+    the compiled extensions of ``wheel`` (default: the cpu flavor's wheel of
+    ``base``, the selected line's base by default, ``flavor_wheel``; symlinked
+    where the sources have none), ``scripts/``,
     ``tests/``, ``patches/`` and ``pyproject.toml`` copies of this
     repository's: of the work tree, or of commit ``ref``. Returns ``dest``."""
     shutil.copytree(release_src / "vllm", dest / "vllm", symlinks=True,
@@ -48,7 +49,7 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Bas
     if not (dest / "vllm" / "_version.py").exists():
         version = tree_version(release_src)
         (dest / "vllm" / "_version.py").write_text(version_file(str(version) if version else "0.0.0.dev0"))
-    wheel = wheel or fetch((base or load_base()).artifact("cpu"))
+    wheel = wheel or flavor_wheel(base or load_base(), "cpu")
     ext = dest / ".base-ext"
     for name in extract_wheel(wheel, ext, lambda n: n.startswith("vllm/") and n.endswith(".so")):
         target = dest / name
@@ -72,8 +73,11 @@ def shadow_repo(release_src: Path, dest: Path, ref: str | None = None, base: Bas
 # pytest's junit report does not tell apart from "error" (or leaves out), and
 # "name gone": the test reaches a vLLM name the release no longer defines
 # (scripts.series.testmap.unknown_names; e.g. vllm.config.vllm.HAS_TRITON on
-# 0.34.0), so it is not run there: its failure would say nothing of the behaviour.
-TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error", "name gone")
+# 0.34.0), so it is not run there: its failure would say nothing of the behaviour;
+# "no environment": the release's own environment could not be made (its message is
+# the run's ``environment``), so nothing ran there.
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not collected", "import error", "name gone",
+                 "no environment")
 
 
 @dataclass
@@ -224,6 +228,9 @@ def run_patch_tests(repo: Path, node_ids: list[str], timeout: int = 3600, line: 
     env.setdefault("STS_DATA", str(STS_TEST.parent))
     if line:
         env["VDIST_LINE"] = line
+    if python != sys.executable:  # a release's venv: its commands first, as in a shell that activated it
+        venv = Path(python).parent.parent
+        env.update(PATH=os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]), VIRTUAL_ENV=str(venv))
     outcomes, text = _outcomes(repo, env, list(dict.fromkeys(node_ids)), repo / "junit.xml", timeout, python)
     files = sorted({node.split("::")[0] for node in node_ids})
     return TestRun({n: outcomes[n] for n in node_ids}, dict.fromkeys(files, text))
@@ -255,9 +262,10 @@ def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]]
     can be the environment's). An upstream checkout always runs with the
     line's environment. ``TestRun.environment`` says which. A test that
     reaches a vLLM name the target does not define is not run: its outcome
-    is ``name gone`` (``TestRun.gone`` names them). Raises ``DriftError`` for
-    a tree without ``vllm/``, an unknown ``env``, or a release whose
-    environment cannot be made."""
+    is ``name gone`` (``TestRun.gone`` names them); a release whose own
+    environment cannot be made gets ``no environment`` for every test, the
+    reason in ``TestRun.environment``. Raises ``DriftError`` for a tree
+    without ``vllm/`` or an unknown ``env``."""
     if env not in ENVIRONMENTS:
         raise DriftError(f"unknown environment {env!r}: use one of {', '.join(ENVIRONMENTS)}")
     base = base or load_base()
@@ -280,7 +288,12 @@ def test_upstream(releases: list[tuple[str, str]], mapping: dict[str, list[str]]
             raise DriftError(f"{tree} holds no vllm/ package: give the root of an upstream checkout")
         sources.append((upstream_target_name(tree), lambda t=tree: Path(t).resolve(), lambda: line_env))
     for name, src, environment in sources:
-        python, wheel, described = environment()
+        try:
+            python, wheel, described = environment()
+        except DriftError as e:  # this target only: the others still run and the report is written
+            print(f"== {name}: no environment: {e}", flush=True)
+            out[name] = TestRun(dict.fromkeys(nodes, "no environment"), {}, {}, f"not made: {e}")
+            continue
         print(f"== {name}: {described}", flush=True)
         with tempfile.TemporaryDirectory(dir=BUILD, prefix="upstream-tests-") as tmp:
             root = src()
