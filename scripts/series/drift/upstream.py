@@ -351,7 +351,7 @@ def write_upstream_reports(runs: dict[str, TestRun], mapping: dict[str, list[str
     data = {"outcomes": outcomes_by_patch(runs, mapping),
             "environment": {v: r.environment for v, r in runs.items()},
             "output": {v: r.output for v, r in runs.items()}}
-    log = "".join(f"===== {v}: {path} ({r.environment})\n{text}\n"
+    log = "".join(f"===== {v}: {path}{f' ({r.environment})' if r.environment else ''}\n{text}\n"
                   for v, r in runs.items() for path, text in r.output.items())
     jpath, lpath = write_reports({"drift-upstream.json": data, "drift-upstream.log": log}, out_dir)
     return jpath, lpath
