@@ -657,7 +657,10 @@ def distribution_requirements(base: Base, flavor: str,
     torchcodec, which only multimodal processors import and whose PyPI
     builds do not load beside a CPU torch, move to the extra
     ``MULTIMODAL_EXTRA`` with upstream's markers (``vllm[multimodal]``, from
-    PyTorch's CPU index). ``BaseError`` when base.toml pins no torch."""
+    PyTorch's CPU index). A requirement on a direct URL, which no index
+    serves (0.34.0's triton-cpu from GitHub), moves to an extra named after
+    it (``vllm[triton]``). ``BaseError`` when base.toml pins no torch, or
+    when the base wheel has an extra of one of these names already."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -665,11 +668,18 @@ def distribution_requirements(base: Base, flavor: str,
     if flavor != "cpu":
         return install, extras
     family = [r for r in install if canonicalize_name(Requirement(r).name) in TORCH_FAMILY]
-    kept = [r for r in install if r not in family]
     media = [r for r in family if canonicalize_name(Requirement(r).name) != "torch"]
-    if MULTIMODAL_EXTRA in extras:
-        raise BaseError(f"the {flavor} base wheel already has an extra {MULTIMODAL_EXTRA!r}: name ours otherwise")
-    return [*kept, base.torch_requirement()], {**extras, MULTIMODAL_EXTRA: media}
+    # a requirement on a direct URL (vLLM 0.34.0's `triton @ https://github.com/...triton-cpu...`)
+    # cannot come from an index: an extra named after it, for a machine that reaches the URL
+    urls: dict[str, list[str]] = {}
+    for r in install:
+        if r not in family and Requirement(r).url:
+            urls.setdefault(canonicalize_name(Requirement(r).name), []).append(r)
+    kept = [r for r in install if r not in family and not Requirement(r).url]
+    for extra in (MULTIMODAL_EXTRA, *urls):
+        if extra in extras:
+            raise BaseError(f"the {flavor} base wheel already has an extra {extra!r}: name ours otherwise")
+    return [*kept, base.torch_requirement()], {**extras, MULTIMODAL_EXTRA: media, **urls}
 
 
 def show(base: Base) -> str:

