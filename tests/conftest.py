@@ -71,19 +71,30 @@ def pytest_collection_modifyitems(config, items):
     test (``scripts.series.lines.get_line()``: ``make LINE=`` exports it as
     ``VDIST_LINE``), and those marked ``cpu_from_sdist`` unless the line's cpu
     flavor is compiled from the sdist (``make CPU_FROM=sdist``, or base.toml's
-    ``[build.cpu] from``). Deselected, not skipped: pytest reports them as
-    deselected, never as passed."""
+    ``[build.cpu] from``), and those that run V1 (marked ``v1``, or
+    parametrized with the value ``"v1"`` or ``"V1"``: ``runner="v1"``) where
+    the base has no V1 (``scripts.validation.engine.base_runners``: from
+    0.34.0). Deselected, not skipped: pytest reports them as deselected,
+    never as passed."""
     from scripts.series.base import load_base
     from scripts.series.lines import get_line
 
     line = get_line().name
     from_sdist = load_base(line).build("cpu").source == "sdist"
+    has_v1 = None  # asked of the tree only when a test runs V1 (it imports vllm)
     keep, drop = [], []
     for item in items:
         marks = list(item.iter_markers("line"))
         wrong_line = marks and not any(line in mark.args for mark in marks)
         wrong_source = item.get_closest_marker("cpu_from_sdist") is not None and not from_sdist
-        (drop if wrong_line or wrong_source else keep).append(item)
+        runs_v1 = item.get_closest_marker("v1") is not None or any(
+            isinstance(v, str) and v in ("v1", "V1") for v in getattr(getattr(item, "callspec", None), "params",
+                                                                       {}).values())
+        if runs_v1 and has_v1 is None:
+            from scripts.validation.engine import base_runners
+
+            has_v1 = "V1" in base_runners()
+        (drop if wrong_line or wrong_source or (runs_v1 and not has_v1) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

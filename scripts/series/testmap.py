@@ -218,23 +218,52 @@ class _Reach:
         return out
 
 
+def _import_handlers(node: ast.Try) -> list[ast.ExceptHandler]:
+    """The ``except ImportError`` (or ``ModuleNotFoundError``) handlers of ``node``."""
+    return [h for h in node.handlers if isinstance(h.type, ast.Name)
+            and h.type.id in ("ImportError", "ModuleNotFoundError")]
+
+
+def _import_blocks(node: ast.Try) -> list[list[ast.stmt]]:
+    """The alternative blocks of a ``try`` with ``except ImportError``
+    handlers: its body, then each handler's body, where a handler holding
+    only such a ``try`` gives that ``try``'s blocks in its place (a third
+    home, 0.34.0's, nested in the handler of the second)."""
+    blocks = [node.body]
+    for handler in _import_handlers(node):
+        inner = handler.body[0] if len(handler.body) == 1 else None
+        if isinstance(inner, ast.Try) and _import_handlers(inner):
+            blocks += _import_blocks(inner)
+        else:
+            blocks.append(handler.body)
+    return blocks
+
+
 def _import_alternatives(tree: ast.AST) -> dict[int, tuple[ast.Try, int, int]]:
     """For the nodes of ``tree`` inside a ``try`` that has ``except
     ImportError`` (or ``ModuleNotFoundError``) handlers, ids of those nodes
-    -> (the ``try``, 0 in its body or i in its i-th such handler, 1 + the
-    number of such handlers): the homes of names releases keep in different
-    modules. The innermost ``try`` wins."""
+    -> (the ``try``, 0 in its body or i in its i-th alternative block, the
+    number of blocks: ``_import_blocks``): the homes of names releases keep
+    in different modules. A ``try`` nested alone in such a handler is one
+    of the outer ``try``'s blocks; any other inner ``try`` wins."""
     out: dict[int, tuple[ast.Try, int, int]] = {}
+    nested: set[int] = set()
     for node in ast.walk(tree):  # outer before inner: an inner try overrides
-        if not isinstance(node, ast.Try):
+        if not isinstance(node, ast.Try) or id(node) in nested or not _import_handlers(node):
             continue
-        handlers = [h for h in node.handlers if isinstance(h.type, ast.Name)
-                    and h.type.id in ("ImportError", "ModuleNotFoundError")]
-        if not handlers:
-            continue
-        for branch, stmts in enumerate([node.body, *(h.body for h in handlers)]):
+        blocks = _import_blocks(node)
+        for branch, stmts in enumerate(blocks):
             for stmt in stmts:
-                out.update((id(n), (node, branch, 1 + len(handlers))) for n in ast.walk(stmt))
+                for n in ast.walk(stmt):
+                    out[id(n)] = (node, branch, len(blocks))
+        inner = node
+        while True:  # the tries flattened into this one's blocks (_import_blocks)
+            bodies = [h.body for h in _import_handlers(inner)]
+            flat = [b[0] for b in bodies if len(b) == 1 and isinstance(b[0], ast.Try) and _import_handlers(b[0])]
+            if not flat:
+                break
+            nested.update(id(t) for t in flat)
+            inner = flat[0]
     return out
 
 

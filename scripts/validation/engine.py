@@ -192,9 +192,13 @@ def select_runner(runner: str) -> None:
     """Set ``VLLM_USE_V2_MODEL_RUNNER`` for ``runner`` as a user would: ``v2``
     sets 1, ``v1`` sets 0, ``default`` unsets it. It stays set, so
     ``vllm_config.use_v2_model_runner`` (a property that reads the variable)
-    keeps telling the truth about the engine opened after it."""
+    keeps telling the truth about the engine opened after it. ``ValueError``
+    for an unknown runner, and for ``v1`` where the base has none
+    (``base_runners``)."""
     if runner not in RUNNER_ENV:
         raise ValueError(f"runner {runner!r}: use one of {sorted(RUNNER_ENV)}")
+    if runner == "v1" and "V1" not in base_runners():
+        raise ValueError("runner 'v1': this vLLM has no V1 model runner (removed in 0.34.0): use 'default' or 'v2'")
     set_environ({"VLLM_USE_V2_MODEL_RUNNER": RUNNER_ENV[runner]})
 
 
@@ -365,6 +369,17 @@ class WorkerProbe:
                 getattr(this, release)(*((0,) if release == "malloc_trim" else ()))
         return {"python_objects": len(gc.get_objects()), "rss": rss,
                 "rss_after_release": process.memory_info().rss}
+
+
+def base_runners() -> tuple[str, ...]:
+    """The model runners the vLLM under test has, as ``runner_kind`` names
+    them: ``("MRV2", "V1")`` up to 0.33.0, ``("MRV2",)`` from 0.34.0, which
+    removed V1 (``vllm/v1/worker/gpu_model_runner.py``). Read from the
+    importable tree (the line's applied tree, or an installed wheel), so no
+    line has to state it."""
+    import importlib.util
+
+    return ("MRV2", "V1") if importlib.util.find_spec("vllm.v1.worker.gpu_model_runner") else ("MRV2",)
 
 
 def runner_kind(class_name: str) -> str:

@@ -12,6 +12,7 @@ so the worker sees what the engine core sends it."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scripts.validation.engine import embed, rowwise_cosine, st_embed, vllm_runner
 from scripts.validation.checkpoints.models import minilm_path
@@ -25,6 +26,7 @@ def test_offline_calls_leave_the_callers_pooling_params_as_they_were_on_mrv2(in_
     check_callers_pooling_params("default")
 
 
+@pytest.mark.v1
 def test_offline_calls_leave_the_callers_pooling_params_as_they_were_on_v1(in_process):
     check_callers_pooling_params("v1")
 

@@ -37,7 +37,7 @@ DOCS = ["paris is the capital and largest city of france with more than two mill
         "a man is playing a guitar"]
 MAX_QUERY, MAX_DOC = 5, 6
 # The runner vLLM picks for the model on the line under test, and the runners the test opens.
-DEFAULT_RUNNER = {"0.26.0": "V1", "0.32.0": "MRV2"}[get_line().name]
+DEFAULT_RUNNER = {"0.26.0": "V1", "0.32.0": "MRV2", "0.34.0": "MRV2"}[get_line().name]
 RUNNERS = {"default": DEFAULT_RUNNER} | ({} if DEFAULT_RUNNER == "V1" else {"v1": "V1"})
 
 

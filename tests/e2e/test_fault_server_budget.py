@@ -18,6 +18,7 @@ import requests
 
 from scripts.validation.checkpoints.models import MODELS
 from scripts.validation.checkpoints.zoo import make_tiny_bert
+from scripts.validation.engine import base_runners
 from scripts.validation.references import embed
 from scripts.validation.server import ServerError, VllmServer
 
@@ -30,8 +31,9 @@ TOL = 1e-4
 def servers():
     model = make_tiny_bert(MODELS / "tiny-bert-base")
     launched = {"refused-default": VllmServer(model, *FLAGS, name="budget-refused-default"),
-                "refused-v1": VllmServer(model, *FLAGS, name="budget-refused-v1", runner="v1"),
                 "fits": VllmServer(model, *FLAGS, "--max-model-len", str(BUDGET), name="budget-fits")}
+    if "V1" in base_runners():
+        launched["refused-v1"] = VllmServer(model, *FLAGS, name="budget-refused-v1", runner="v1")
     try:
         for server in launched.values():
             server.launch()
@@ -41,7 +43,7 @@ def servers():
             server.stop()
 
 
-@pytest.mark.parametrize("name", ["refused-default", "refused-v1"])
+@pytest.mark.parametrize("name", ["refused-default", pytest.param("refused-v1", marks=pytest.mark.v1)])
 def test_budget_below_max_model_len_refused_at_startup(servers, name):
     server = servers[name]
     with pytest.raises(ServerError):

@@ -25,7 +25,7 @@ from scripts.validation.checkpoints import st_saved
 from scripts.validation.engine import vllm_runner
 from scripts.validation.server import VllmServer
 
-pytestmark = pytest.mark.line("0.32.0")
+pytestmark = pytest.mark.line("0.32.0", "0.34.0")
 
 TOL = 1e-4
 SPLADE = {"hf_overrides": {"architectures": ["BertSpladeSparseEmbeddingModel"]}}

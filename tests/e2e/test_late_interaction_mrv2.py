@@ -72,18 +72,32 @@ def scores_on_mrv2(model, calls: list[tuple[str | list[str], list[str]]]) -> lis
     return checked
 
 
+def scoring_calls(sts) -> list[tuple[str | list[str], list[str]]]:
+    """1 query with 1 and with 8 documents, and 2 queries paired with 2 documents (N:N)."""
+    return [(sts.first[0], sts.second[:1]), (sts.first[0], sts.second[:8]), (sts.first[1:3], sts.second[8:10])]
+
+
 def test_colbert_scoring_encodes_each_query_once(sts, colbert, in_process):
-    """``LLM.score`` with 1 query and 1 or 8 documents, and with 2 queries
-    paired with 2 documents (N:N), on MRV2 (``scores_on_mrv2``); V1 gives the
-    same scores and request counts. One engine per runner for all calls."""
-    calls = [(sts.first[0], sts.second[:1]), (sts.first[0], sts.second[:8]), (sts.first[1:3], sts.second[8:10])]
-    on_mrv2 = scores_on_mrv2(colbert, calls)
+    """``LLM.score`` for ``scoring_calls`` on MRV2 (``scores_on_mrv2``), one
+    engine for all calls."""
+    on_mrv2 = scores_on_mrv2(colbert, scoring_calls(sts))
     assert [(len(scores), counts["cache_query"]) for scores, counts in on_mrv2] == [(1, 1), (8, 1), (2, 2)]
+
+
+@pytest.mark.v1
+def test_colbert_scoring_on_v1_gives_mrv2s_scores_and_counts(sts, colbert, in_process):
+    """The same calls on V1 (where the base has it): MaxSim over the reference
+    token embeddings, each query encoded once."""
+    calls = scoring_calls(sts)
     with vllm_runner(colbert, "v1") as llm:
         on_v1 = [score_call(llm, q, d) for q, d in calls]
-    for (v1_scores, v1_counts, _), (scores, counts) in zip(on_v1, on_mrv2, strict=True):
-        np.testing.assert_allclose(v1_scores, scores, rtol=0, atol=TOL)
-        assert v1_counts == counts
+    for (queries, docs), (scores, counts, _) in zip(calls, on_v1, strict=True):
+        texts = ([queries] if isinstance(queries, str) else queries) + docs
+        ref = colbert_tokens(colbert, texts)
+        n_queries = len(texts) - len(scores)
+        pairs = [(0 if n_queries == 1 else i, n_queries + i) for i in range(len(scores))]
+        np.testing.assert_allclose(scores, [maxsim(ref[q], ref[d]) for q, d in pairs], rtol=0, atol=TOL)
+        assert counts == {"cache_query": n_queries, "score_doc": len(scores)}
 
 
 def test_modernbert_colbert_with_declared_dim_starts_and_scores(sts, colbert_modernbert, in_process):

@@ -497,6 +497,7 @@ def late_interaction_shared_id_cases(model_dir, sentences) -> list:
         [("/score", {"queries": q, "documents": docs}, c) for q, c in zip(queries, check)]
 
 
+@pytest.mark.v1
 class TestColbertServerV1:
     """The tiny ColBERT served on V1 (``VLLM_USE_V2_MODEL_RUNNER=0``): the
     late-interaction and token-id faults of issue 28 on the other runner."""

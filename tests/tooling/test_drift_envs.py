@@ -7,6 +7,7 @@ interpreter and compiled extension. Making a real environment (torch, a
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 import tarfile
@@ -16,9 +17,9 @@ import pytest
 
 import scripts.series.drift as drift
 import scripts.series.drift.envs as envs
-from scripts.series.base import load_base, sha256_file
-from scripts.series.drift.envs import (TargetEnv, release_base, sdist_requirement_lines, split_url_requirements,
-                                       torch_spec)
+from scripts.series.base import (BaseError, UpstreamSources, flavor_requirements, load_base,
+                                 sdist_requirement_lines, sha256_file, split_url_requirements)
+from scripts.series.drift.envs import TargetEnv, release_base, torch_spec
 from scripts.series.source_build import build_patches
 from tests.conftest import FAKE_FILES, make_wheel
 
@@ -62,8 +63,24 @@ def test_release_requirements_follow_includes_and_leave_options_out(tmp_path):
         'python_version == "3.11"',
         'triton @ https://example.invalid/triton-3.8.0+cpu-cp312.whl ; platform_machine == "x86_64" and '
         'python_version >= "3.12"']
-    with pytest.raises(drift.DriftError, match="has no requirements/rocm.txt"):
+    with pytest.raises(BaseError, match="has no requirements/rocm.txt"):
         sdist_requirement_lines(src, "rocm.txt")
+
+
+def test_a_flavor_compiled_from_the_sdist_installs_the_sdists_requirements(tmp_path, monkeypatch):
+    # what `python -m scripts.series.base requirements` prints for the line's venv (Makefile, env):
+    # for a flavor built from the sdist, its requirements/<flavor>.txt, as upstream's setup.py
+    # writes them into the wheel it builds, before anything is compiled
+    monkeypatch.setenv("VDIST_CACHE", str(tmp_path))
+    src = sdist(tmp_path / "vllm-0.34.0.tar.gz", {"requirements/cpu.txt": CPU_TXT,
+                                                  "requirements/common.txt": COMMON_TXT})
+    release = UpstreamSources(flavor="source", project="vllm", version="0.34.0", filename=src.name,
+                              sha256=sha256_file(src))
+    base = dataclasses.replace(load_base("0.34.0"), upstream={"release": release})
+    assert base.build("cpu").source == "sdist"
+    index, url = flavor_requirements(base, "cpu")
+    assert index == ["regex", "numpy", "numba == 0.65.0"]  # torch's family out, the inline comment out
+    assert url == ["triton @ https://example.invalid/triton-3.8.0+cpu-cp311.whl"]  # this Python: 3.11
 
 
 def test_torch_is_the_releases_minor_release_for_this_machine():

@@ -56,6 +56,18 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
         "def test_no_home_in_the_base():\n"
         "    try:\n        from vllm.renderers.moved import VllmConfig\n"
         "    except ImportError:\n        from vllm.config.vllm import only_in_the_series\n"
+        "    assert VllmConfig\n\n\n"
+        "def test_base_keeps_the_third_home():\n"
+        "    try:\n        from vllm.renderers.moved import VllmConfig\n"
+        "    except ImportError:\n"
+        "        try:\n            from vllm.entrypoints.moved import VllmConfig\n"
+        "        except ImportError:\n            from vllm.config.vllm import VllmConfig\n"
+        "    assert VllmConfig\n\n\n"
+        "def test_none_of_three_homes_in_the_base():\n"
+        "    try:\n        from vllm.renderers.moved import VllmConfig\n"
+        "    except ImportError:\n"
+        "        try:\n            from vllm.entrypoints.moved import VllmConfig\n"
+        "        except ImportError:\n            from vllm.config.vllm import only_in_the_series\n"
         "    assert VllmConfig\n")})
     node = "tests/unit/test_x.py::{}".format
     assert unknown_names(node("test_public"), sources, repo) == []
@@ -69,3 +81,6 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
     assert unknown_names(node("test_base_keeps_the_later_home"), sources, repo) == []
     assert unknown_names(node("test_no_home_in_the_base"), sources, repo) == ["vllm.renderers.moved"]
     assert ("vllm.renderers.moved", "VllmConfig") in reached_names(node("test_no_home_in_the_base"), repo)
+    # three homes: a try nested alone in the handler is one more alternative of the outer one
+    assert unknown_names(node("test_base_keeps_the_third_home"), sources, repo) == []
+    assert unknown_names(node("test_none_of_three_homes_in_the_base"), sources, repo) == ["vllm.renderers.moved"]

@@ -29,13 +29,14 @@ def tiny_qwen3(tmp_path_factory):
 def real_config(monkeypatch):
     """``real_config(model, runner, triton=True, env=None, **engine_args)``: the
     VllmConfig of an engine for ``model`` with ``runner`` ("pooling" or
-    "generate"), ``vllm.config.vllm.HAS_TRITON`` set to ``triton`` and
+    "generate"), Triton seen as ``triton`` (``upstream_names.set_has_triton``) and
     VLLM_USE_V2_MODEL_RUNNER set to ``env`` (unset when None)."""
-    import vllm.config.vllm as vllm_config_module
     from vllm.engine.arg_utils import EngineArgs
 
+    from tests.unit.upstream_names import set_has_triton
+
     def make(model: str, runner: str, *, triton: bool = True, env: str | None = None, **engine_args):
-        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", triton)
+        set_has_triton(monkeypatch, triton)
         if env is None:
             monkeypatch.delenv("VLLM_USE_V2_MODEL_RUNNER", raising=False)
         else:
@@ -49,11 +50,12 @@ def real_config(monkeypatch):
 
 @pytest.fixture
 def triton(monkeypatch):
-    """``triton(available)``: sets ``vllm.config.vllm.HAS_TRITON`` for the test."""
-    import vllm.config.vllm as vllm_config_module
+    """``triton(available)``: Triton seen as ``available`` for the test
+    (``upstream_names.set_has_triton``)."""
+    from tests.unit.upstream_names import set_has_triton
 
     def set_triton(available: bool):
-        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
+        set_has_triton(monkeypatch, available)
 
     return set_triton
 

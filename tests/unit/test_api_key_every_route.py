@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.upstream_names import server_app_builders
+from tests.unit.upstream_names import serve_cli, server_app_builders
 
-pytestmark = pytest.mark.line("0.32.0")
+pytestmark = pytest.mark.line("0.32.0", "0.34.0")
 
 KEY = "s3cret-key"
 OPEN = {"/health", "/ping", "/version"}
@@ -132,7 +132,7 @@ def test_no_key_no_guard(minilm):
      "the VLLM_USE_RUST_FRONTEND=1 frontend does not check it"),
 ])
 def test_settings_the_guard_cannot_keep_are_refused(minilm, monkeypatch, cli, env, fragment):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    make_arg_parser, validate_parsed_serve_args = serve_cli()
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     for name, value in env.items():

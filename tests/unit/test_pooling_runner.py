@@ -48,8 +48,8 @@ LINE = get_line().name
 # The 0.26.0 line's rule (its patches 0004 and 0011): MRV2 serves token-level tasks for
 # encoder-only models only. Upstream's pooling runner serves decoders' token tasks from 0.28.0.
 ONLY_ENCODERS_TOKEN_TASKS = pytest.mark.line("0.26.0")
-# Upstream's rule from 0.28.0 (the 0.32.0 line's base): MRV2 serves decoders' token-level tasks.
-DECODERS_TOKEN_TASKS = pytest.mark.line("0.32.0")
+# Upstream's rule from 0.28.0 (the 0.32.0 and 0.34.0 lines' bases): MRV2 serves decoders' token-level tasks.
+DECODERS_TOKEN_TASKS = pytest.mark.line("0.32.0", "0.34.0")
 
 
 class RecordingPooler:

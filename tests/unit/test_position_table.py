@@ -21,7 +21,7 @@ import pytest
 
 from scripts.validation.checkpoints.zoo import make_hf, make_tiny_bert
 
-pytestmark = pytest.mark.line("0.32.0")
+pytestmark = pytest.mark.line("0.32.0", "0.34.0")
 
 XLMR_RERANKER = partial(make_hf, config_cls="XLMRobertaConfig", model_cls="XLMRobertaForSequenceClassification",
                         tokenizer="bpe", pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1,

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.upstream_names import server_app_builders
+from tests.unit.upstream_names import serve_cli, server_app_builders
 
-pytestmark = pytest.mark.line("0.32.0")
+pytestmark = pytest.mark.line("0.32.0", "0.34.0")
 
 
 def _app(model: str, cli: list[str]):
@@ -40,7 +40,7 @@ def app(minilm):
 # ------------------------------------------------------------------ 0057
 
 def test_serve_flags_and_their_defaults(minilm):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    make_arg_parser, _ = serve_cli()
     from vllm.entrypoints.pooling.base.serving import PoolingBaseServing
     from vllm.entrypoints.pooling.limits import PoolingRequestLimits
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -57,7 +57,7 @@ def test_serve_flags_and_their_defaults(minilm):
 
 
 def test_a_negative_limit_is_refused_at_start_up(minilm):
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    make_arg_parser, validate_parsed_serve_args = serve_cli()
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(

@@ -26,7 +26,7 @@ import pytest
 
 from scripts.validation.checkpoints import st_saved
 
-pytestmark = pytest.mark.line("0.32.0")
+pytestmark = pytest.mark.line("0.32.0", "0.34.0")
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLADE = {"hf_overrides": {"architectures": ["BertSpladeSparseEmbeddingModel"]}}

@@ -20,17 +20,48 @@ def chat_template_config():
     return ChatTemplateConfig()
 
 
-def server_app_builders():
-    """``(make_arg_parser, build_app)`` of the OpenAI server: in
-    ``vllm.entrypoints.openai.cli_args`` and ``.api_server`` in the base,
-    ``vllm.entrypoints.launchers.cli_args`` and ``.app`` from 0.30.0."""
+def set_has_triton(monkeypatch, available: bool) -> None:
+    """Make the release see Triton as ``available`` for the test, where its
+    runner selection reads it: ``vllm.config.vllm.HAS_TRITON`` (read by
+    ``VllmConfig`` when it picks MRV2 or V1) up to 0.33.0;
+    ``vllm.triton_utils.HAS_TRITON`` from 0.34.0, which has no V1 and whose
+    CPU platform reads it at each call to pick its runner
+    (``CpuPlatform.uses_standalone_cpu_model_runner``)."""
+    import vllm.config.vllm as vllm_config_module
+
+    if hasattr(vllm_config_module, "HAS_TRITON"):
+        monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
+    else:
+        import vllm.triton_utils
+
+        monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", available)
+
+
+def serve_cli():
+    """``(make_arg_parser, validate_parsed_serve_args)`` of ``vllm serve``: in
+    ``vllm.entrypoints.openai.cli_args`` in the base, in
+    ``vllm.entrypoints.launchers.cli_args`` from 0.30.0, in
+    ``vllm.entrypoints.common.cli_args`` from 0.34.0."""
     try:
-        from vllm.entrypoints.openai.api_server import build_app
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args
     except ImportError:
+        try:
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+        except ImportError:
+            from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    return make_arg_parser, validate_parsed_serve_args
+
+
+def server_app_builders():
+    """``(make_arg_parser, build_app)`` of the OpenAI server: ``serve_cli``'s
+    parser, and ``build_app`` of ``vllm.entrypoints.launchers.app`` from
+    0.30.0, else ``vllm.entrypoints.openai.api_server`` (the base's home, a
+    deprecated re-export from 0.30.0 that warns when imported)."""
+    try:
         from vllm.entrypoints.launchers.app import build_app
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    return make_arg_parser, build_app
+    except ImportError:
+        from vllm.entrypoints.openai.api_server import build_app
+    return serve_cli()[0], build_app
 
 
 def serve_context(request, model_name: str, request_id: str, pooling_params):

@@ -40,12 +40,12 @@ import dataclasses
 import json
 import subprocess
 import sys
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.common.paths import BUILD, REPO
-from scripts.series.base import Base, UpstreamSources, base_requirements, cached_sdist, sha256_file
+from scripts.series.base import (Base, UpstreamSources, base_requirements, cached_sdist, sdist_requirement_lines,
+                                 sha256_file, split_url_requirements)
 from scripts.series.drift.releases import DriftError
 
 FLAVOR = "cpu"
@@ -68,36 +68,6 @@ class TargetEnv:
         """One line for the report: what the environment is and lacks."""
         text = f"vLLM {self.version}'s own environment: torch {self.torch}, its cpu extension from {self.wheel.name}"
         return text + (f"; not installed: {'; '.join(self.left_out)}" if self.left_out else "")
-
-
-def sdist_requirement_lines(sdist: Path, name: str, seen: set[str] | None = None) -> list[str]:
-    """The requirement lines of ``requirements/<name>`` in the sdist
-    ``sdist`` (a ``.tar.gz``), ``-r`` includes followed, comments, blank
-    lines and other pip options (``--extra-index-url``) left out. Raises
-    ``DriftError`` when the sdist has no such file."""
-    seen = seen if seen is not None else set()
-    if name in seen:
-        return []
-    seen.add(name)
-    with tarfile.open(sdist) as tar:
-        top = tar.getnames()[0].split("/")[0]
-        try:
-            member = tar.extractfile(f"{top}/requirements/{name}")
-        except KeyError:
-            member = None
-        if member is None:
-            raise DriftError(f"{sdist.name} has no requirements/{name}: cannot tell the release's requirements")
-        text = member.read().decode()
-    out: list[str] = []
-    for raw in text.splitlines():
-        line = raw.split(" #")[0].strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith(("-r ", "--requirement ")):
-            out += sdist_requirement_lines(sdist, line.split(None, 1)[1], seen)
-        elif not line.startswith("-"):
-            out.append(line)
-    return out
 
 
 def torch_spec(lines: list[str]) -> str:
@@ -147,21 +117,6 @@ def _installed_torch(python: Path) -> str:
     which no requirement on PyPI's file satisfies)."""
     return subprocess.run([str(python), "-c", "from importlib.metadata import version; print(version('torch'))"],
                           check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-
-
-def split_url_requirements(requirements: list[str]) -> tuple[list[str], list[str]]:
-    """(the requirements pip resolves from the index, those on a direct URL
-    whose marker holds here, each as ``name @ url``)."""
-    from packaging.requirements import Requirement
-
-    index, url = [], []
-    for line in requirements:
-        req = Requirement(line)
-        if not req.url:
-            index.append(line)
-        elif not req.marker or req.marker.evaluate():
-            url.append(f"{req.name} @ {req.url}")
-    return index, url
 
 
 def target_env(base: Base, version: str, root: Path | None = None) -> TargetEnv:

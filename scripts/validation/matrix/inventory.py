@@ -73,14 +73,28 @@ NOT_INSTANTIABLE: dict[str, str] = {
     "transformers:TransformersMultiModalEmbeddingModel": PROCESSOR.format("a multimodal model's processor"),
     "transformers:TransformersMultiModalForSequenceClassification": PROCESSOR.format(
         "a multimodal model's processor"),
+    "lfm2:Lfm2BidirectionalModel": (
+        "no transformers reference: transformers' Lfm2Model is causal (its short convolutions and attention "
+        "look back only), and the bidirectional LFM2 embedders' modeling code is remote code that no "
+        "installed package ships"),
+    "colultravbert:ColUltraVBertForRetrieval": PROCESSOR.format("Idefics3 image processor and tokenizer"),
+    "d3:D3ForSequenceClassification": PROCESSOR.format(
+        "Qwen3.5-VL processor and Qwen tokenizer, and its decision_config.json readout"),
+    "clef_flash:ClefFlashForJointSchema": PROCESSOR.format(
+        "Qwen3.5-VL processor and Qwen tokenizer, and its joint-schema head file"),
 }
 
 # Entries of NOT_INSTANTIABLE for some lines only: architectures upstream added or removed
 # after the 0.26.0 base (vLLM's registry lists removed ones in _PREVIOUSLY_SUPPORTED_MODELS).
 NOT_INSTANTIABLE_LINES: dict[str, tuple[str, ...]] = {
     "gritlm:GritLM": ("0.26.0",),  # removed in 0.28.0
-    "clef_omni:ClefOmniForJointSchema": ("0.32.0",),  # added after 0.26.0
-    "embedding_gemma2:EmbeddingGemma2Model": ("0.32.0",),  # added after 0.26.0
+    "clef_omni:ClefOmniForJointSchema": ("0.32.0", "0.34.0"),  # added after 0.26.0
+    "embedding_gemma2:EmbeddingGemma2Model": ("0.32.0", "0.34.0"),  # added after 0.26.0
+    # added after 0.32.0
+    "lfm2:Lfm2BidirectionalModel": ("0.34.0",),
+    "colultravbert:ColUltraVBertForRetrieval": ("0.34.0",),
+    "d3:D3ForSequenceClassification": ("0.34.0",),
+    "clef_flash:ClefFlashForJointSchema": ("0.34.0",),
 }
 
 

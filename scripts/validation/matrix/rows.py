@@ -56,7 +56,7 @@ MORE_DECODERS = {  # last-token rows only
 # vLLM's own GLM (glm.py) is gone from the registry after 0.26.0: later releases serve
 # GlmForCausalLM through the Transformers backend only (its family has its own row).
 DECODER_LINES = {"glm": ("0.26.0",)}
-LATER_LINES = ("0.32.0",)  # the lines after 0.26.0
+LATER_LINES = ("0.32.0", "0.34.0")  # the lines after 0.26.0
 SMALL_MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64)
 # DeepSeek-V3 (MLA layout: q and kv LoRA projections; heads of 32 + 32 rotary = 64, values of 64), its
 # published MoE routing (sigmoid scores, noaux_tc, groups) at small sizes; head_dim is the rotary part
@@ -76,7 +76,7 @@ BGE_M3_FILES = {"sparse_linear.pt": {"weight": (1, 128), "bias": (1,)},
 REWARD_FAULT = "MRV2 serves none of its pooling tasks: the selector must keep it on V1 (fault 2)"
 # Reward models: the 0.26.0 line keeps them on V1 (patch 0011: MRV2 there serves token-level
 # tasks for encoder-only models only); from 0.28.0 upstream's pooling runner serves them on MRV2.
-REWARD_DEFAULT = {"0.26.0": "V1", "0.32.0": "MRV2"}
+REWARD_DEFAULT = {"0.26.0": "V1", "0.32.0": "MRV2", "0.34.0": "MRV2"}
 GTE = partial(ref.embed, config_cls="GteConfig")  # new-impl's NewConfig is transformers' GteConfig
 JINA = {"config_cls": "JinaEmbeddingsV3Config"}  # XLMRobertaFlashConfig: transformers' Jina-v3 port
 # base defects (V1 too), both on the CPU: (1) with AMX, vllm/model_executor/layers/utils.py packed every
@@ -270,6 +270,13 @@ CASES: list[MatrixCase] = [
                decoder("Qwen3MoeConfig", "Qwen3MoeForSequenceClassification", num_labels=3, pad_token_id=0,
                        **SMALL_MOE), (CLASSIFY,), MINILM + ", 4 experts (2 per token), last token",
                lines=LATER_LINES),
+    # A hybrid (Mamba + attention) classifier: kept on V1 where the base has it (selector case
+    # jamba-cls), on MRV2 where the base has no V1 (from 0.34.0)
+    MatrixCase("jamba-cls", "decoder classifiers/rerankers", "JambaForSequenceClassification",
+               decoder("JambaConfig", "JambaForSequenceClassification", num_labels=3, num_experts=1,
+                       attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_expand=1, pad_token_id=0,
+                       use_mamba_kernels=False), (CLASSIFY,),
+               MINILM + ", Mamba layer 0, attention layer 1, last token", default="V1"),
     MatrixCase("privacy-filter", "token classifiers", "OpenAIPrivacyFilterForTokenClassification",
                decoder("OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterForTokenClassification", num_labels=3,
                        num_local_experts=4, num_experts_per_tok=2, pad_token_id=0), (TOKEN_CLASSIFY,),

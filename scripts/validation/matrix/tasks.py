@@ -15,6 +15,7 @@ import numpy as np
 
 from scripts.validation import references as ref
 from scripts.validation.checkpoints.models import sts_test
+from scripts.validation.engine import base_runners
 
 FAMILIES = ("encoders", "cross-encoders", "token classifiers", "decoder embedders",
             "decoder classifiers/rerankers", "reward", "sparse", "late interaction",
@@ -64,7 +65,10 @@ class MatrixCase:
     @property
     def default_runner(self) -> str:
         """``"MRV2"`` or ``"V1"``: the runner vLLM picks for the case by default on the
-        line under test (``scripts.series.lines.get_line``)."""
+        line under test (``scripts.series.lines.get_line``); ``"MRV2"`` wherever the
+        base has no V1 (from 0.34.0: ``engine.base_runners``)."""
+        if "V1" not in base_runners():
+            return "MRV2"
         if isinstance(self.default, str):
             return self.default
         from scripts.series.lines import get_line
@@ -73,8 +77,11 @@ class MatrixCase:
 
     @property
     def runners(self) -> tuple[str, ...]:
-        """The runners the case is checked on: its default (asserted) and V1, or V1 alone."""
-        return ("MRV2", "V1") if self.default_runner == "MRV2" else ("V1",)
+        """The runners the case is checked on: its default (asserted) and V1 where the
+        base has V1, or V1 alone."""
+        if self.default_runner == "V1":
+            return ("V1",)
+        return base_runners()
 
 
 def _sentences() -> list[str]:
