@@ -69,7 +69,8 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     """Deselect the tests marked ``line(...)`` that do not name the line under
     test (``scripts.series.lines.get_line()``: ``make LINE=`` exports it as
-    ``VDIST_LINE``), and those marked ``cpu_from_sdist`` unless the line's cpu
+    ``VDIST_LINE``; marks at several levels narrow: a test runs on a line
+    that every one of its ``line`` marks names), and those marked ``cpu_from_sdist`` unless the line's cpu
     flavor is compiled from the sdist (``make CPU_FROM=sdist``, or base.toml's
     ``[build.cpu] from``), and those that run V1 (marked ``v1``, or
     parametrized with the value ``"v1"`` or ``"V1"``: ``runner="v1"``) where
@@ -85,7 +86,7 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         marks = list(item.iter_markers("line"))
-        wrong_line = marks and not any(line in mark.args for mark in marks)
+        wrong_line = marks and not all(line in mark.args for mark in marks)
         wrong_source = item.get_closest_marker("cpu_from_sdist") is not None and not from_sdist
         runs_v1 = item.get_closest_marker("v1") is not None or any(
             isinstance(v, str) and v in ("v1", "V1") for v in getattr(getattr(item, "callspec", None), "params",

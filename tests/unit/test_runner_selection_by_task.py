@@ -23,6 +23,10 @@ import pytest
 
 from tests.unit.stand_ins import config_only_checkpoint
 
+# Which runner a task gets, V1 or MRV2: a choice the bases from 0.34.0 no longer make (V1 is
+# gone; every task runs on MRV2 or is refused by upstream's VllmConfig._validate_model_runner).
+pytestmark = pytest.mark.line("0.26.0", "0.32.0")
+
 # The 0.26.0 line's rule (its patch 0011): MRV2 serves token-level tasks for encoder-only models
 # only. Upstream's pooling runner serves decoders' token-level tasks from 0.28.0.
 ONLY_ENCODERS_TOKEN_TASKS = pytest.mark.line("0.26.0")
