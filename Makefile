@@ -110,12 +110,12 @@ help:
 # The recipe of docs/base-and-recipe.md: the line's torch first (base.toml's [torch]),
 # then the base wheel's other requirements (torch family left out), then what tests
 # and tooling need, every install constrained to that torch.
-$(VENV)/.installed: requirements/dev.txt $(LINE_DIR)/base.toml
+$(VENV)/.installed: requirements/dev.txt requirements/sdist.txt $(LINE_DIR)/base.toml
 	@echo "== environment of line $(LINE): $(VENV) ($$($(PYTHON) -m scripts.series.base constraints) and vLLM's requirements, ~6 GB, a few minutes)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	mkdir -p $(LINE_BUILD)
 	$(PYTHON) -m scripts.series.base constraints > $(LINE_BUILD)/constraints.txt
-	$(PY) -m pip install --progress-bar on -c $(LINE_BUILD)/constraints.txt torch packaging
+	$(PY) -m pip install --progress-bar on -c $(LINE_BUILD)/constraints.txt torch packaging -r requirements/sdist.txt
 	$(PY) -m scripts.series.base requirements --flavor $(FLAVOR) > $(LINE_BUILD)/requirements-base.txt
 	$(PY) -m pip install --progress-bar on -c $(LINE_BUILD)/constraints.txt \
 		-r $(LINE_BUILD)/requirements-base.txt -r requirements/dev.txt

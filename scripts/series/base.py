@@ -518,8 +518,8 @@ def sdist_download(project: str, version: str, dest: Path, pip_args: tuple[str, 
                    **pinned) -> Path:
     """``pip_download`` of a vLLM sdist (``pinned``: its ``filename`` and
     ``sha256`` when known). pip prepares its metadata with vLLM's setup.py,
-    which needs torch, setuptools-rust, setuptools-scm, cmake, ninja and
-    jinja2 (requirements/dev.txt), no build isolation, and the version and
+    which needs torch (and its jinja2), setuptools-rust, setuptools-scm, cmake
+    and ninja (requirements/sdist.txt), no build isolation, and the version and
     device set (docs/base-and-recipe.md)."""
     env = dict(os.environ, VLLM_VERSION_OVERRIDE=version, VLLM_TARGET_DEVICE="empty")
     return pip_download(f"{project}=={version}", dest, ("--no-binary", ":all:", "--no-build-isolation", *pip_args),

@@ -137,7 +137,8 @@ def target_env(base: Base, version: str, root: Path | None = None) -> TargetEnv:
     if not python.exists() or done.get("python") != base_python:  # new, broken, or of another interpreter
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         done = {}
-    dev = sha256_file(REPO / "requirements" / "dev.txt")
+    # dev.txt and the file it includes (-r sdist.txt): a change to either remakes the venv
+    dev = " ".join(sha256_file(REPO / "requirements" / name) for name in ("dev.txt", "sdist.txt"))
     if (done.get("torch_spec"), done.get("dev")) != (torch, dev):
         print(f"== drift: vLLM {version}'s environment {venv}: {torch}, requirements/dev.txt", flush=True)
         _pip(python, [torch, "packaging"], torch)
