@@ -26,8 +26,12 @@ exists: standard library only)::
     python -m scripts.series.lines list        # every line, oldest first
 
 A line directory that ``lines.toml`` names neither ``default`` nor in
-``maintenance`` is a *candidate*: a line being brought up (a rebase's
-result under review), linted at the series level only.
+``maintenance`` nor in ``end_of_life`` is a *candidate*: a line being brought
+up (a rebase's result under review), linted at the series level only. A line
+in ``end_of_life`` is kept for history (its directory, its tests' ``line``
+marks) and is neither built, tested, linted nor released.
+
+    python -m scripts.series.lines end-of-life # the lines past their end of life, e.g. 0.26.0
 """
 
 from __future__ import annotations
@@ -104,34 +108,53 @@ def default_line(root: Path = PATCHES_ROOT) -> str:
     return name
 
 
-def maintenance_lines(root: Path = PATCHES_ROOT) -> list[str]:
-    """``maintenance`` of ``<root>/lines.toml`` (empty when absent), oldest
+def _listed_lines(root: Path, key: str, example: str) -> list[str]:
+    """The list ``key`` of ``<root>/lines.toml`` (empty when absent), oldest
     first. Raises ``LineError`` for a name that is no line, the default line
     itself, or a value that is not a list of strings."""
     path = root / LINES_FILE
     try:
-        names = tomllib.loads(path.read_text()).get("maintenance", [])
+        names = tomllib.loads(path.read_text()).get(key, [])
     except (FileNotFoundError, tomllib.TOMLDecodeError) as e:
         raise LineError(f"{path}: cannot be read ({e})") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise LineError(f"{path}: maintenance must be a list of base versions, e.g. [\"0.26.0\"]")
+        raise LineError(f"{path}: {key} must be a list of base versions, e.g. [\"{example}\"]")
     default = default_line(root)
     for name in names:
         if name not in line_names(root):
-            raise LineError(f"{path}: maintenance line {name!r} has no directory {root / name} with a base.toml")
+            raise LineError(f"{path}: {key} line {name!r} has no directory {root / name} with a base.toml")
         if name == default:
-            raise LineError(f"{path}: {name} is the default line, not a maintenance line")
+            raise LineError(f"{path}: {name} is the default line; it cannot be in {key}")
     return sorted(names, key=_version_key)
+
+
+def maintenance_lines(root: Path = PATCHES_ROOT) -> list[str]:
+    """``maintenance`` of ``<root>/lines.toml``: the older lines still
+    released with fixes, oldest first (``_listed_lines``; ``LineError`` as
+    there, and for a line also past its end of life)."""
+    names = _listed_lines(root, "maintenance", "0.26.0")
+    both = sorted(set(names) & set(end_of_life_lines(root)), key=_version_key)
+    if both:
+        raise LineError(f"{root / LINES_FILE}: {', '.join(both)} in both maintenance and end_of_life")
+    return names
+
+
+def end_of_life_lines(root: Path = PATCHES_ROOT) -> list[str]:
+    """``end_of_life`` of ``<root>/lines.toml``: the lines no longer released,
+    kept for history, oldest first (``_listed_lines``; ``LineError`` as
+    there)."""
+    return _listed_lines(root, "end_of_life", "0.26.0")
 
 
 def candidate_lines(root: Path = PATCHES_ROOT) -> list[str]:
     """The lines being brought up: every line of ``root`` that ``lines.toml``
-    names neither ``default`` nor in ``maintenance``, oldest first. A
+    names neither ``default`` nor in ``maintenance`` nor in ``end_of_life``,
+    oldest first. A
     candidate is linted at the series level (``make lint``: headers, numbers,
     strict apply to its flavors' sources, build patches to its sdist) and is
     neither built, tested nor released until ``lines.toml`` names it."""
-    released = {default_line(root), *maintenance_lines(root)}
-    return [n for n in line_names(root) if n not in released]
+    named = {default_line(root), *maintenance_lines(root), *end_of_life_lines(root)}
+    return [n for n in line_names(root) if n not in named]
 
 
 def get_line(name: str | None = None, root: Path = PATCHES_ROOT) -> Line:
@@ -186,7 +209,7 @@ def next_number(line: Line, names: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m scripts.series.lines {default,maintenance,released,candidates,list}``; exit
+    """``python -m scripts.series.lines {default,maintenance,released,candidates,end-of-life,list}``; exit
     status 1 with the error for a ``LineError``."""
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -200,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join([default_line(), *maintenance_lines()]))
         elif argv == ["candidates"]:
             print("\n".join(candidate_lines()))
+        elif argv == ["end-of-life"]:
+            print("\n".join(end_of_life_lines()))
         else:
-            print("usage: python -m scripts.series.lines {default,maintenance,released,candidates,list}",
+            print("usage: python -m scripts.series.lines {default,maintenance,released,candidates,end-of-life,list}",
                   file=sys.stderr)
             return 2
     except LineError as e:

@@ -96,7 +96,7 @@ def test_lines_maintenance(tmp_path):
     (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["1.2.0", "1.0.0"]\n')
     assert maintenance_lines(tmp_path) == ["1.0.0", "1.2.0"]
     (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["2.0.0"]\n')
-    with pytest.raises(LineError, match="2.0.0 is the default line, not a maintenance line"):
+    with pytest.raises(LineError, match="2.0.0 is the default line; it cannot be in maintenance"):
         maintenance_lines(tmp_path)
     (tmp_path / "lines.toml").write_text('default = "2.0.0"\nmaintenance = ["1.1.0"]\n')
     with pytest.raises(LineError, match="maintenance line '1.1.0' has no directory"):
@@ -122,6 +122,29 @@ def test_lines_neither_default_nor_maintenance_are_candidates(tmp_path, capsys, 
     monkeypatch.setattr(lines.maintenance_lines, "__defaults__", (tmp_path,))
     assert lines.main(["released"]) == 0 and lines.main(["candidates"]) == 0
     assert capsys.readouterr().out == "2.0.0\n1.2.0\n1.0.0\n2.1.0\n"
+
+
+def test_lines_past_their_end_of_life_are_kept_and_not_candidates(tmp_path, capsys, monkeypatch):
+    """A line in lines.toml's end_of_life is kept for history: neither
+    released nor a candidate; never also a maintenance line or the default."""
+    from scripts.series import lines
+
+    for name in ("1.0.0", "1.2.0", "2.0.0", "2.1.0"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "base.toml").write_text("")
+    (tmp_path / "lines.toml").write_text('default = "2.1.0"\nmaintenance = ["2.0.0"]\nend_of_life = ["1.2.0", "1.0.0"]\n')
+    assert lines.end_of_life_lines(tmp_path) == ["1.0.0", "1.2.0"]
+    assert lines.candidate_lines(tmp_path) == []
+    monkeypatch.setattr(lines.end_of_life_lines, "__defaults__", (tmp_path,))
+    monkeypatch.setattr(lines.default_line, "__defaults__", (tmp_path,))
+    assert lines.main(["end-of-life"]) == 0
+    assert capsys.readouterr().out == "1.0.0\n1.2.0\n"
+    (tmp_path / "lines.toml").write_text('default = "2.1.0"\nmaintenance = ["2.0.0"]\nend_of_life = ["2.0.0"]\n')
+    with pytest.raises(LineError, match="2.0.0 in both maintenance and end_of_life"):
+        lines.maintenance_lines(tmp_path)
+    (tmp_path / "lines.toml").write_text('default = "2.1.0"\nend_of_life = ["2.1.0"]\n')
+    with pytest.raises(LineError, match="2.1.0 is the default line; it cannot be in end_of_life"):
+        lines.end_of_life_lines(tmp_path)
 
 
 def test_base_command_prints_the_lines_facts(capsys):
