@@ -32,8 +32,9 @@ import torch
 
 # The CPU worker's set-up, as MRV2 runs on the CPU (replaced below per test).
 import vllm.v1.worker.cpu.shm  # noqa: F401
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
+
+from tests.unit.upstream_names import model_runner_output
 
 LOG: list[tuple] = []
 COPIED: list[tuple[int, ...]] = []  # the shape of each device-to-host copy, in order
@@ -104,7 +105,7 @@ def hand_off(pooler_output, finished_mask):
     """The hand-off MRV2's ``GPUModelRunner.pool`` makes on a GPU
     (``AsyncPoolingOutput``), with a main stream and an output copy stream."""
     req_ids = [f"r{i}" for i in range(len(finished_mask))]
-    output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)})
+    output = model_runner_output(req_ids)
     return AsyncPoolingOutput(model_runner_output=output, pooler_output=pooler_output,
                               finished_mask=finished_mask, main_stream=Stream("main"),
                               copy_stream=Stream("copy"))

@@ -14,12 +14,13 @@ import types
 
 import pytest
 import torch
-
 import vllm.v1.worker.cpu.shm  # noqa: F401  (the CPU worker's stream and event placeholders)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.worker.cpu.model_runner import CPUModelRunner
 from vllm.v1.worker.gpu.async_utils import AsyncPoolingOutput
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+from tests.unit.upstream_names import model_runner_output
 
 EMB = torch.arange(12, dtype=torch.float32).reshape(3, 4)
 TOKENS = [torch.ones(2, 4), None, torch.full((5, 4), 3.0)]  # one tensor per request, or none
@@ -42,7 +43,7 @@ def cpu_hand_off_cls():
 
 
 def step_output() -> ModelRunnerOutput:
-    return ModelRunnerOutput(req_ids=["a", "b", "c"], req_id_to_index={"a": 0, "b": 1, "c": 2})
+    return model_runner_output(["a", "b", "c"])
 
 
 def hand_off(cls, pooler_output, finished_mask):

@@ -156,7 +156,7 @@ def test_request_for_a_task_mrv2_does_not_serve_is_refused_with_a_validation_err
 
 # What the prompt token ids are padded with: the 0.26.0 line's runner (patch 0003) pads with the
 # vocabulary size, an id no token has; upstream's (0.27.0 on) with zeros.
-TOKEN_ID_PAD = {"0.26.0": VOCAB, "0.32.0": 0}[LINE]
+TOKEN_ID_PAD = {"0.26.0": VOCAB, "0.32.0": 0, "0.34.0": 0}[LINE]
 
 
 def test_metadata_for_a_mixed_batch():
@@ -188,6 +188,9 @@ def test_behaviour_tasks_are_the_poolers_that_mrv2_serves():
     assert set(dec.supported_tasks) == {"embed"}
 
 
+# The hint names V1 (VLLM_USE_V2_MODEL_RUNNER=0), which bases from 0.34.0 no longer have: there
+# the refusal is upstream's own ("Set an explicitly supported task").
+@pytest.mark.line("0.26.0", "0.32.0")
 def test_behaviour_configured_task_mrv2_cannot_serve_fails_at_construction():
     """Patch 0003: a configured task MRV2 does not run fails at start-up, naming
     the task and the fallback."""
@@ -353,9 +356,10 @@ def test_aborted_documents_release_their_query_use():
 
 
 def runner_host(runner):
-    """What GPUModelRunner.finish_requests / reset_*_cache read of their runner."""
+    """What GPUModelRunner.finish_requests / reset_*_cache read of their runner
+    (``speculator`` from 0.34.0: none here)."""
     removed = []
-    host = SimpleNamespace(pooling_runner=runner, encoder_cache=None, removed=removed,
+    host = SimpleNamespace(pooling_runner=runner, encoder_cache=None, speculator=None, removed=removed,
                            _remove_request=lambda req_id: removed.append(req_id))
     return host
 

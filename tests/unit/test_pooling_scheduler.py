@@ -29,6 +29,8 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
+from tests.unit.upstream_names import model_runner_output
+
 MAX_MODEL_LEN = 64
 BUDGET = 16
 BLOCK = 16
@@ -79,8 +81,7 @@ def worker_output(scheduler, scheduler_output) -> ModelRunnerOutput:
         request = scheduler.requests[req_id]
         done = request.num_computed_tokens >= request.num_prompt_tokens
         pooled.append(torch.ones(4) if done else None)
-    return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                             pooler_output=pooled)
+    return model_runner_output(req_ids, pooler_output=pooled)
 
 
 def run_until_finished(scheduler, request, depth: int) -> list[int]:

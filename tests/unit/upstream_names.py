@@ -37,6 +37,19 @@ def set_has_triton(monkeypatch, available: bool) -> None:
         monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", available)
 
 
+def model_runner_output(req_ids: list[str], **fields):
+    """``vllm.v1.outputs.ModelRunnerOutput`` for ``req_ids`` (in batch order)
+    with ``fields``: up to 0.33.0 it also takes ``req_id_to_index`` (each id's
+    row), which 0.34.0 dropped (the row is the id's place in ``req_ids``)."""
+    import dataclasses
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        fields["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+    return ModelRunnerOutput(req_ids=req_ids, **fields)
+
+
 def serve_cli():
     """``(make_arg_parser, validate_parsed_serve_args)`` of ``vllm serve``: in
     ``vllm.entrypoints.openai.cli_args`` in the base, in

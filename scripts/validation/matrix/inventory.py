@@ -135,7 +135,8 @@ def registry_pooling() -> dict[str, dict[str, list[str]]]:
         for name, (mod, cls) in getattr(reg, dname).items():
             out.setdefault(f"{mod}:{cls}", {}).setdefault(dname, []).append(name)
     for name, (mod, cls) in reg._TRANSFORMERS_BACKEND_MODELS.items():
-        if not name.endswith("ForCausalLM"):
+        # not the generating ones: text generation, and from 0.34.0 multi-token prediction drafts
+        if not name.endswith(("ForCausalLM", "ForMTP")):
             out.setdefault(f"{mod}:{cls}", {}).setdefault("_TRANSFORMERS_BACKEND_MODELS", []).append(name)
     return out
 
