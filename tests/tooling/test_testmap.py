@@ -68,7 +68,10 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
         "    except ImportError:\n"
         "        try:\n            from vllm.entrypoints.moved import VllmConfig\n"
         "        except ImportError:\n            from vllm.config.vllm import only_in_the_series\n"
-        "    assert VllmConfig\n")})
+        "    assert VllmConfig\n\n\n"
+        "def test_probe_of_a_module_the_base_lacks():\n"
+        "    import importlib.util\n"
+        "    assert importlib.util.find_spec('vllm.v1.worker.removed_runner') is None\n")})
     node = "tests/unit/test_x.py::{}".format
     assert unknown_names(node("test_public"), sources, repo) == []
     assert ("vllm.config", "VllmConfig") in reached_names(node("test_public"), repo)  # through the helper it calls
@@ -84,3 +87,5 @@ def test_what_a_test_reaches_and_what_the_base_lacks(tmp_path):
     # three homes: a try nested alone in the handler is one more alternative of the outer one
     assert unknown_names(node("test_base_keeps_the_third_home"), sources, repo) == []
     assert unknown_names(node("test_none_of_three_homes_in_the_base"), sources, repo) == ["vllm.renderers.moved"]
+    # a module name given to find_spec is asked about: the test handles its absence
+    assert unknown_names(node("test_probe_of_a_module_the_base_lacks"), sources, repo) == []

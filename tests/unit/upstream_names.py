@@ -27,11 +27,12 @@ def set_has_triton(monkeypatch, available: bool) -> None:
     ``vllm.triton_utils.HAS_TRITON`` from 0.34.0, which has no V1 and whose
     CPU platform reads it at each call to pick its runner
     (``CpuPlatform.uses_standalone_cpu_model_runner``)."""
-    import vllm.config.vllm as vllm_config_module
+    try:
+        import vllm.config.vllm as vllm_config_module
+        from vllm.config.vllm import HAS_TRITON  # noqa: F401 - its home up to 0.33.0
 
-    if hasattr(vllm_config_module, "HAS_TRITON"):
         monkeypatch.setattr(vllm_config_module, "HAS_TRITON", available)
-    else:
+    except ImportError:
         import vllm.triton_utils
 
         monkeypatch.setattr(vllm.triton_utils, "HAS_TRITON", available)
