@@ -126,9 +126,9 @@ def check_faults(server, serves: set[str], max_len: int, pooling_tasks: dict[str
         stop.set()
         thread.join()
     print("\n" + "\n".join(f"| {server.name} | {e} | {f} | {s} | {m[:200]!r} |" for e, f, s, m in rows))
-    assert failures == []
+    assert failures == [], "\n".join(failures)  # (a helper module: pytest does not rewrite its asserts)
     assert results and all(results), f"good requests: {results.count(False)} of {len(results)} wrong"
-    assert server.runner() == runner  # still serving, same worker
+    assert server.runner() == runner, f"{server.runner()} ran, {runner} expected"  # still serving, same worker
 
 
 SHARED_REQUEST_ID = "the-same-id"
@@ -160,6 +160,6 @@ def check_shared_request_id(server, cases, rounds: int = 3, runner: str = "MRV2"
                     failures.append(f"round {round_} {endpoint} {json.dumps(body)[:80]}: {status} "
                                     f"{str(answer)[:300]}")
     assert failures == []
-    assert server.runner() == runner  # still serving, same worker
+    assert server.runner() == runner, f"{server.runner()} ran, {runner} expected"  # still serving, same worker
 
 
