@@ -702,8 +702,7 @@ def flavor_requirements(base: Base, flavor: str) -> tuple[list[str], list[str]]:
     if base.build(flavor).source == "wheel":
         lines = base_requirements(fetch(base.artifact(flavor)))
     else:
-        lines = [line.split(" #")[0].strip() for line in
-                 sdist_requirement_lines(fetch(base.release_sdist()), f"{flavor}.txt")]
+        lines = sdist_requirement_lines(fetch(base.release_sdist()), f"{flavor}.txt")  # comments stripped
         lines = [r for r in lines if canonicalize_name(Requirement(r).name) not in TORCH_FAMILY]
     return split_url_requirements(lines)
 

@@ -261,14 +261,18 @@ def _import_alternatives(tree: ast.AST) -> dict[int, tuple[ast.Try, int, int]]:
             for stmt in stmts:
                 for n in ast.walk(stmt):
                     out[id(n)] = (node, branch, len(blocks))
-        inner = node
-        while True:  # the tries flattened into this one's blocks (_import_blocks)
-            bodies = [h.body for h in _import_handlers(inner)]
-            flat = [b[0] for b in bodies if len(b) == 1 and isinstance(b[0], ast.Try) and _import_handlers(b[0])]
-            if not flat:
-                break
-            nested.update(id(t) for t in flat)
-            inner = flat[0]
+        nested.update(id(t) for t in _flattened_tries(node))
+    return out
+
+
+def _flattened_tries(node: ast.Try) -> list[ast.Try]:
+    """The tries ``_import_blocks`` flattens into ``node``'s blocks: each
+    nested alone in one of its ``except ImportError`` handlers, at any depth."""
+    out = []
+    for handler in _import_handlers(node):
+        inner = handler.body[0] if len(handler.body) == 1 else None
+        if isinstance(inner, ast.Try) and _import_handlers(inner):
+            out += [inner, *_flattened_tries(inner)]
     return out
 
 
