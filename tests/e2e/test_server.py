@@ -53,6 +53,13 @@ from scripts.validation.checkpoints.zoo import make_tiny_bert, make_tiny_colbert
 from scripts.validation.references import colbert_tokens
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, ServerError, VllmServer
 from tests.e2e.server_faults import QUERY, check_faults, check_shared_request_id, post
+from scripts.series.lines import get_line
+
+# vLLM 0.34.0 serves /v1/embeddings of a token_embed model (ColBERT) with token
+# embeddings; on the older lines the endpoint is not registered for it (patch
+# 0031 answers 404 naming what the model serves).
+TOKEN_EMBED_ON_EMBEDDINGS = get_line().name not in ("0.26.0", "0.32.0")
+COLBERT_ENDPOINTS = {"/pooling", "/score", "/rerank"} | ({"/v1/embeddings"} if TOKEN_EMBED_ON_EMBEDDINGS else set())
 
 TOL = 1e-5
 LATE_INTERACTION_TOL = 1e-4  # docs/validation.md: against transformers
@@ -392,9 +399,26 @@ class TestColbertServer:
 
     def test_bad_input(self, colbert_server):
         server, ref = colbert_server
-        check_faults(server, {"/pooling", "/score", "/rerank"}, 512, {"embed": "Unsupported task: 'embed'"},
+        check_faults(server, COLBERT_ENDPOINTS, 512, {"embed": "Unsupported task: 'embed'"},
                      ("/score", {"queries": QUERY, "documents": ref["docs"][:1]},
                       lambda b: abs(b["data"][0]["score"] - ref["scores"][0]) <= TOL))
+        assert server.late_interaction_state() == EMPTY_STATE
+
+    @pytest.mark.line("0.34.0")  # before: not served, a 404 naming what is (test_bad_input)
+    def test_embeddings_endpoint_gives_token_vectors(self, colbert_server):
+        """vLLM 0.34.0 routes /v1/embeddings of a model whose pooling task is
+        token_embed to token embeddings (upstream's
+        ``entrypoints/pooling/token_embed/api_router.py``): one
+        ``embedding`` of shape [tokens, 32] per input, the offline
+        ``encode(pooling_task="token_embed")`` vectors."""
+        server, ref = colbert_server
+        assert_mrv2(server)
+        r = post(server, "/v1/embeddings", {"model": server.served_model(), "input": [QUERY] + ref["docs"][:2]})
+        assert r.status_code == 200, r.text
+        for d, want in zip(r.json()["data"], ref["tokens"], strict=True):
+            got = np.asarray(d["embedding"], dtype=np.float32)
+            assert got.shape == want.shape and want.shape[1] == 32
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_clients_sharing_a_request_id_get_their_own_scores(self, colbert_server, sentences):

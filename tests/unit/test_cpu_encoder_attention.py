@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from vllm.config import set_current_vllm_config
+from vllm.model_executor.layers.attention.encoder_only_attention import EncoderOnlyAttention
 from vllm.v1.attention.backend import AttentionType, CommonAttentionMetadata
 from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl, CPUAttentionMetadataBuilder
 from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
@@ -28,6 +29,10 @@ def encoder_attention(real_config, minilm):
     spec = EncoderOnlyAttentionSpec(block_size=config.cache_config.block_size, num_kv_heads=heads,
                                     head_size=head_size, dtype=torch.float32)
     with set_current_vllm_config(config):
+        # The model's layer, registered in the config's static forward context as a model's
+        # layers are: from 0.34.0 the builder tells encoder-only attention by its layers'
+        # attn_type (get_layers_from_vllm_config), no longer by the spec's class.
+        EncoderOnlyAttention(heads, head_size, head_size**-0.5, num_kv_heads=heads, prefix="layer.0")
         builder = CPUAttentionMetadataBuilder(spec, ["layer.0"], config, torch.device("cpu"))
         impl = CPUAttentionBackendImpl(heads, head_size, head_size**-0.5, heads, None, None, "auto",
                                        attn_type=AttentionType.ENCODER_ONLY)
