@@ -59,3 +59,23 @@ def test_x86_without_triton_nor_the_native_ops_is_refused_naming_both_fixes(cpu_
         "preparation (vllm._C's gather_block_table_cpu), and this installation has neither: install "
         "triton-cpu, or a vLLM whose CPU extension was built with csrc/cpu/input_batch.cpp and "
         "block_table.cpp for x86 (this distribution's CPU wheel is).")
+
+
+def test_a_setting_the_standalone_runner_does_not_serve_is_refused_naming_it_and_the_fix(tiny_qwen3, real_config):
+    # 0067: upstream's refusal (VllmConfig._validate_model_runner) names the feature only
+    with pytest.raises(ValueError) as e:
+        real_config(tiny_qwen3, "generate", triton=False, enable_prompt_embeds=True)
+    # VllmConfig's validator raises it: pydantic's ValidationError carries it as its one error
+    assert [err["msg"] for err in e.value.errors()] == [
+        "Value error, The CPU model runner without Triton does not yet support: prompt embeddings "
+        "(--enable-prompt-embeds). "
+        "Start vLLM without those settings (or serve another model), or run it where Triton is installed "
+        "(triton-cpu on x86 CPUs), which selects the Triton model runner."]
+
+
+def test_the_same_settings_start_without_them(tiny_qwen3, real_config):
+    from vllm.platforms import current_platform
+
+    config = real_config(tiny_qwen3, "generate", triton=False)
+    assert current_platform.uses_standalone_cpu_model_runner() is True
+    assert config.model_config.enable_prompt_embeds is False
