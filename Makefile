@@ -4,7 +4,7 @@
 #   make          set up the default line (venv, base, series, CPU wheel) and run the smoke job
 #   make test     the default line's tests (tooling, wheels, CPU end-to-end) and the maintenance
 #                 lines' share (unit tests, smoke, a matrix row per family); .ci/run calls it
-#   make LINE=0.26.0 test   every test of another line (every target takes LINE=)
+#   make LINE=0.34.0 test   every test of another line (every target takes LINE=)
 #   make help     every target
 #
 # Everything below is idempotent: a second `make` reuses what is built.
@@ -19,6 +19,10 @@ DEFAULT_LINE := $(shell $(PYTHON) -m scripts.series.lines default)
 LINE ?= $(DEFAULT_LINE)
 ifeq ($(LINE),)
 $(error no default line: patches/lines.toml must name one (python -m scripts.series.lines default))
+endif
+ifneq ($(filter $(LINE),$(shell $(PYTHON) -m scripts.series.lines end-of-life)),)
+$(error line $(LINE) is past its end of life (patches/lines.toml): patches/$(LINE) is kept for history, not built \
+  or tested; a deployment pinned to it moves to the current line $(DEFAULT_LINE) (README.md, "Lines"))
 endif
 export VDIST_LINE := $(LINE)
 LINE_DIR := patches/$(LINE)
