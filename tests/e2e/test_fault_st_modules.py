@@ -70,11 +70,11 @@ def test_cross_encoder_default_prompt_is_predict(models, in_process, runner):
     np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
 
 
-def test_a_router_is_refused_on_each_runner(models, in_process):
-    for runner in ("default", "v1"):
-        with pytest.raises(ValueError, match=r"module Router \(2_Router of .*default route 'document'"):
-            with vllm_runner(models["router"], runner):
-                pass
+@pytest.mark.parametrize("runner", ["default", "v1"])  # v1 deselected where the base has none (0.34.0)
+def test_a_router_is_refused_on_each_runner(models, in_process, runner):
+    with pytest.raises(ValueError, match=r"module Router \(2_Router of .*default route 'document'"):
+        with vllm_runner(models["router"], runner):
+            pass
 
 
 def test_an_xlmr_reranker_past_its_position_table_is_a_400(tmp_path):

@@ -2,7 +2,8 @@
 sentence-transformers and transformers) and MTEB STS rows (STS-B test through
 ``mteb``: sentence-transformers against the engine through mteb's
 ``VllmEncoderWrapper``). ``REAL`` holds each check's measure, run by
-``scripts.validation.matrix.runner.run_row`` on each runner of ``RUNNER_CHOICE``."""
+``scripts.validation.matrix.runner.run_row`` on each runner of ``RUNNER_CHOICE``
+that the base has (``base_runners``: no V1 rows from 0.34.0)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import os
 
 from scripts.common.environ import environ
 from scripts.validation.checkpoints.models import minilm_path, sts_test
-from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner, close_llm,
-                                       embed, engine_env, forward, l2_normalize, rowwise_cosine, runner_in_use,
-                                       st_embed, vllm_runner)
+from scripts.validation.engine import (GPU_MEMORY_UTILIZATION, RUNNER_CHOICE, RUNNER_ENV, assert_runner,
+                                       base_runners, close_llm, embed, engine_env, forward, l2_normalize,
+                                       rowwise_cosine, runner_in_use, st_embed, vllm_runner)
 from scripts.validation.matrix.tasks import max_abs_error
 
 
@@ -103,4 +104,4 @@ REAL = {
     "mteb-sts": ("MTEB STS (STSBenchmark test)", "abs delta", 1e-4, "sentence-transformers under mteb",
                  mteb_sts),
 }
-ROW_IDS = [f"{k}/{r}" for k in REAL for r in RUNNER_CHOICE]
+ROW_IDS = [f"{k}/{r}" for k in REAL for r in RUNNER_CHOICE if r in base_runners()]
