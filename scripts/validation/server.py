@@ -79,6 +79,10 @@ class VllmServer:
     with ``--api-key`` and this object's own calls (``served_model``, ``worker``)
     send it (``headers``)."""
 
+    # A server started without --api-key (a subclass with its own command, such as the
+    # bench's InfinityServer, inherits it).
+    api_key: str | None = None
+
     def __init__(self, model, *args: str, name: str | None = None, runner: str = "default",
                  executable: str | None = None, env: dict | None = None, probe: bool = True,
                  api_key: str | None = None,

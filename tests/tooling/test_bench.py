@@ -390,3 +390,14 @@ def test_report_writes_json_table_and_plots(tmp_path):
     assert "| score, 1 query + 64 docs | docs/s |" in text
     assert "| 1 | 1.10 (101/92) | 1.10 (101/92) |" in text
     assert "run time: 10.0 min" in text
+
+
+def test_infinity_server_sends_no_api_key(tmp_path):
+    """The bench's infinity-emb server is started without --api-key, so the
+    calls it inherits from VllmServer (served_model, ...) send no
+    Authorization header (the serve section failed on the missing attribute)."""
+    from scripts.bench.server import InfinityServer
+
+    server = InfinityServer(str(tmp_path / "infinity_emb"), tmp_path / "model")
+    assert server.headers == {}
+    assert "--api-key" not in server.cmd
