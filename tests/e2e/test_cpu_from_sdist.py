@@ -42,6 +42,12 @@ def built_wheel(base):
     return wheel
 
 
+def gxx_version() -> str:
+    """The version of the build's g++ as CMake reports it (``12.2.0``), from
+    ``toolchain()``'s ``g++ (Debian 12.2.0-14+deb12u1) 12.2.0 x86_64-linux-gnu``."""
+    return toolchain()["g++"].split()[-2]
+
+
 def _child(tree_root: Path, code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree_root), str(REPO)]), PYTHONSAFEPATH="1")
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -96,7 +102,7 @@ def test_the_amx_variant_carries_the_refusal_naming_the_compiler():
     """0064's refusal is compiled into the AVX512+AMX variant (``_C``, the
     only one holding the sgl-kernels), on any host: its message names this
     build's compiler and the source it could not compile."""
-    gxx = toolchain()["g++"].split()[0]
+    gxx = gxx_version()
     binary = (TREE / "_C.abi3.so").read_bytes()
     assert f"(GNU {gxx}) cannot compile csrc/cpu/sgl-kernels/flash_mla.cpp".encode() in binary
 
@@ -114,7 +120,7 @@ def test_the_op_this_compiler_cannot_build_is_refused_naming_it():
             "except RuntimeError as e:\n    print('REFUSED', str(e).splitlines()[0])\n")
     proc = _child(TREE.parent, code)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    gxx = toolchain()["g++"].split()[0]
+    gxx = gxx_version()
     assert (f"REFUSED flash_mla_with_kvcache_cpu is not in this build of vLLM's CPU extension: its compiler "
             f"(GNU {gxx}) cannot compile csrc/cpu/sgl-kernels/flash_mla.cpp.") in proc.stdout
 
