@@ -47,13 +47,13 @@ import numpy as np
 import pytest
 import requests
 
+from scripts.series.lines import get_line
 from scripts.validation.engine import expected_input_preparation, maxsim, vllm_runner
 from scripts.validation.checkpoints.models import MODELS, minilm_path, mixed_length_texts
 from scripts.validation.checkpoints.zoo import make_tiny_bert, make_tiny_colbert
 from scripts.validation.references import colbert_tokens
 from scripts.validation.server import SERVER_MEMORY_UTILIZATION, ServerError, VllmServer
 from tests.e2e.server_faults import QUERY, check_faults, check_shared_request_id, post
-from scripts.series.lines import get_line
 
 # vLLM 0.34.0 serves /v1/embeddings of a token_embed model (ColBERT) with token
 # embeddings; on the older lines the endpoint is not registered for it (patch
@@ -370,6 +370,17 @@ class TestClassifierServer:
 
 # ------------------------------------------------------------------ ColBERT
 
+def assert_token_vectors(response, field: str, want: list) -> None:
+    """``response`` is a 200 whose ``data`` items hold, under ``field``, the
+    token vectors ``want`` (offline ``encode(pooling_task="token_embed")``:
+    [tokens, 32] each) within ``TOL``."""
+    assert response.status_code == 200, response.text
+    for d, expected in zip(response.json()["data"], want, strict=True):
+        got = np.asarray(d[field], dtype=np.float32)
+        assert got.shape == expected.shape and expected.shape[1] == 32
+        np.testing.assert_allclose(got, expected, rtol=0, atol=TOL)
+
+
 class TestColbertServer:
     @pytest.fixture(scope="class")
     def colbert_server(self, servers, sentences):
@@ -390,11 +401,7 @@ class TestColbertServer:
         results = check_score_and_rerank(server, model, ref)
         assert max(abs(x["relevance_score"] - ref["scores"][x["index"]]) for x in results) <= TOL
         r = post(server, "/pooling", {"model": model, "input": [QUERY] + ref["docs"][:2], "task": "token_embed"})
-        assert r.status_code == 200, r.text
-        for d, want in zip(r.json()["data"], ref["tokens"], strict=True):
-            got = np.asarray(d["data"], dtype=np.float32)
-            assert got.shape == want.shape and want.shape[1] == 32
-            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+        assert_token_vectors(r, "data", ref["tokens"])
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_bad_input(self, colbert_server):
@@ -414,11 +421,7 @@ class TestColbertServer:
         server, ref = colbert_server
         assert_mrv2(server)
         r = post(server, "/v1/embeddings", {"model": server.served_model(), "input": [QUERY] + ref["docs"][:2]})
-        assert r.status_code == 200, r.text
-        for d, want in zip(r.json()["data"], ref["tokens"], strict=True):
-            got = np.asarray(d["embedding"], dtype=np.float32)
-            assert got.shape == want.shape and want.shape[1] == 32
-            np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+        assert_token_vectors(r, "embedding", ref["tokens"])
         assert server.late_interaction_state() == EMPTY_STATE
 
     def test_clients_sharing_a_request_id_get_their_own_scores(self, colbert_server, sentences):
