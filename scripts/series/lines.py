@@ -199,12 +199,37 @@ def retired_numbers(line: Line) -> dict[str, dict[str, str]]:
     return out
 
 
+def other_lines_patches(line: Line) -> dict[str, tuple[str, str]]:
+    """The patches of the other lines beside ``line`` (the directories of
+    ``line.dir.parent`` holding a ``base.toml``, end-of-life lines included):
+    ``{number: (patch file name, line name)}``, read from their ``series``
+    files. Patch numbers are one sequence over every line: a patch carried
+    from line to line keeps its number, and a number is never given to other
+    content on another line."""
+    out: dict[str, tuple[str, str]] = {}
+    for name in line_names(line.dir.parent):
+        other = Line(name, line.dir.parent / name)
+        if other.dir.resolve() == line.dir.resolve() or not other.series_file.is_file():
+            continue
+        for entry in other.series_file.read_text().splitlines():
+            entry = entry.split("#", 1)[0].strip()
+            number = patch_number(entry)
+            if number is not None:
+                out.setdefault(number, (entry, name))
+    return out
+
+
 def next_number(line: Line, names: list[str]) -> str:
     """The next free patch number of ``line``: one more than every number in
-    the series ``names`` and in ``numbers.toml``."""
+    the series ``names``, in ``numbers.toml`` and in the other lines' series
+    (``other_lines_patches``) and ``numbers.toml`` files."""
     used = {patch_number(n) for n in names} - {None}
     for table in retired_numbers(line).values():
         used |= set(table)
+    used |= set(other_lines_patches(line))
+    for name in line_names(line.dir.parent):
+        for table in retired_numbers(Line(name, line.dir.parent / name)).values():
+            used |= set(table)
     return f"{max((int(n) for n in used), default=0) + 1:04d}"
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.common.paths import REPO
-from scripts.series.lines import (PATCHES_ROOT, Line, LineError, get_line, line_names, next_number, patch_number,
-                                  retired_numbers)
+from scripts.series.lines import (PATCHES_ROOT, Line, LineError, get_line, line_names, next_number,
+                                  other_lines_patches, patch_number, retired_numbers)
 
 DEP3_REQUIRED = ("Description", "Author", "Last-Update")
 DEP3_ONE_OF = ("Origin", "Forwarded")
@@ -163,8 +163,10 @@ def lint_numbers(line: Line, names: list[str]) -> list[str]:
     """Problems of a line's patch numbers: a patch not named ``NNNN-topic.patch``,
     two patches with one number, a patch numbered as a number ``numbers.toml``
     records as unused, withdrawn or dropped (a number is never given to other
-    content), and a number below the highest in use that is neither in the
-    series nor in ``numbers.toml`` (nothing would say why it is missing)."""
+    content), a patch numbered as another line's patch of another topic
+    (``other_lines_patches``: one sequence over every line), and a number below
+    the highest in use that is neither in the series, nor in ``numbers.toml``,
+    nor another line's patch (nothing would say why it is missing)."""
     problems = []
     try:
         retired = retired_numbers(line)
@@ -185,7 +187,13 @@ def lint_numbers(line: Line, names: list[str]) -> list[str]:
                 problems.append(f"{taken[0]}: number {number} is recorded as {kind} in {line.numbers_file.name} "
                                 f"({table[number]}); a number is never given to other content: "
                                 f"use the next free one, {next_number(line, names)}")
-    known = set(numbers) | {n for table in retired.values() for n in table}
+    others = other_lines_patches(line)
+    for number, taken in sorted(numbers.items()):
+        theirs = others.get(number)
+        if theirs is not None and theirs[0] not in taken:
+            problems.append(f"{taken[0]}: number {number} is {theirs[0]} on line {theirs[1]}; a number is never "
+                            f"given to other content: use the next free one, {next_number(line, names)}")
+    known = set(numbers) | set(others) | {n for table in retired.values() for n in table}
     top = max((int(n) for n in known), default=0)
     missing = [f"{n:04d}" for n in range(1, top) if f"{n:04d}" not in known]
     if missing:

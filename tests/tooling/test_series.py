@@ -384,6 +384,27 @@ def test_lint_accounts_for_every_patch_number(patches_dir):
     assert new("again", "x", "Dev <d@example>", patches_dir=patches_dir).name == "0007-again.patch"
 
 
+def test_patch_numbers_are_one_sequence_over_every_line(tmp_path):
+    """A patch carried from line to line keeps its number, so a number one line
+    gives to a patch is never given to other content on another line: ``new``
+    takes the next number free on every line, and lint refuses a patch
+    numbered as another line's patch of another topic. A number of another
+    line's series needs no numbers.toml entry here (it is that line's)."""
+    old, cur = tmp_path / "1.0.0", tmp_path / "2.0.0"
+    for d, names in ((old, ["0001-a.patch", "0002-b.patch"]), (cur, ["0001-a.patch", "0003-c.patch"])):
+        d.mkdir()
+        (d / "base.toml").write_text("")
+        write_headers(d, {n: "Forwarded: no" for n in names})
+    assert (lint(old), lint(cur)) == ([], [])
+    write_headers(old, {"0001-a.patch": "Forwarded: no", "0002-b.patch": "Forwarded: no",
+                        "0003-other.patch": "Forwarded: no"})
+    assert lint(old) == ["0003-other.patch: number 0003 is 0003-c.patch on line 2.0.0; a number is never "
+                         "given to other content: use the next free one, 0004"]
+    (old / "0003-other.patch").unlink()
+    write_headers(old, {"0001-a.patch": "Forwarded: no", "0002-b.patch": "Forwarded: no"})
+    assert new("d", "D", "Dev <d@example>", patches_dir=old).name == "0004-d.patch"
+
+
 def test_lint_layout_names_a_patch_left_outside_a_line(tmp_path):
     """A merge from before the lines leaves new patches in patches/ itself."""
     (tmp_path / "1.0.0").mkdir()

@@ -8,7 +8,9 @@ map to one class), each with one status:
   checkpoint (``selector_verdict``; ``SELECTOR_CASES``);
 - ``not instantiable offline``: with the reason (remote code that no
   installed package ships, a tokenizer or processor that cannot be built
-  locally).
+  locally);
+- ``refused on the CPU``: every case of it is one the CPU build refuses at
+  start-up (``MatrixCase.refused``, the reason); its rows check the refusal.
 
 Pooling architectures are the names of the registry's ``_EMBEDDING_MODELS``,
 ``_SEQUENCE_CLASSIFICATION_MODELS``, ``_TOKEN_CLASSIFICATION_MODELS``,
@@ -114,7 +116,7 @@ class Entry:
     impl: str  # "module:Class" of vllm/model_executor/models
     names: tuple[str, ...]  # registry names (and adapter names) resolving to it
     sources: tuple[str, ...]  # registry dicts, or "adapter"
-    status: str  # "validated", "kept on V1" or "not instantiable offline"
+    status: str  # "validated", "kept on V1", "not instantiable offline" or "refused on the CPU"
     reason: str | None  # why not validated on MRV2 (selector reason or not-instantiable reason)
     cases: tuple[str, ...]  # matrix case ids
 
@@ -203,9 +205,11 @@ def inventory(selections: dict[str, tuple[str, str | None]] | None = None) -> li
     selections = selections or {}
     groups = {impl: (tuple(n for ns in d.values() for n in ns), tuple(d)) for impl, d in registry_pooling().items()}
     cases: dict[str, list[str]] = {}
+    refusals: dict[str, list[str | None]] = {}
     for c in CASES:
         impl, source = implementing_class(c.architecture)
         cases.setdefault(impl, []).append(c.id)
+        refusals.setdefault(impl, []).append(c.refused)
         if source == "adapter":
             names, sources = groups.get(impl, ((), ()))
             groups[impl] = (tuple(dict.fromkeys(names + (c.architecture,))),
@@ -220,6 +224,9 @@ def inventory(selections: dict[str, tuple[str, str | None]] | None = None) -> li
             if verdict and verdict[0] != "V1":
                 reason = f"must stay on V1 ({kept[impl].why}), but the selector picked {verdict[0]}"
             out.append(Entry(impl, names, sources, "kept on V1", reason, tuple(cases.get(impl, ()))))
+        elif impl in cases and all(refusals[impl]):
+            out.append(Entry(impl, names, sources, "refused on the CPU", "; ".join(dict.fromkeys(refusals[impl])),
+                             tuple(cases[impl])))
         elif impl in cases:
             out.append(Entry(impl, names, sources, "validated", None, tuple(cases[impl])))
         elif impl in unbuilt:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from scripts.common import reports
 from scripts.common.paths import REPORTS
 from scripts.validation.checkpoints.models import MODELS
+from scripts.validation.engine import base_runners
 from scripts.validation.matrix.inventory import Entry, inventory, registry_pooling, selector_verdict
 from scripts.validation.matrix.real import REAL
 from scripts.validation.matrix.rows import CASES
@@ -45,6 +46,8 @@ class MatrixRow:
     cpu_seconds: float | None = None  # CPU time (this process and its reaped children), per row
 
 
+REFUSED = "refused at start-up"  # the metric of a case the CPU build refuses (MatrixCase.refused)
+
 SELECTIONS: dict[str, tuple[str, str | None]] = {}  # impl -> selector verdict, filled by selector_rows
 
 
@@ -72,6 +75,8 @@ def selector_rows() -> list[MatrixRow]:
 
 def _value(r: MatrixRow) -> str:
     if r.value is None:
+        if r.metric == REFUSED:
+            return "refused" if r.passed else "-"
         return r.ran or "-" if r.metric == "selected runner" else "-"
     return f"{r.value:.7f}" if r.metric == "min cosine" else f"{r.value:.2g}"
 
@@ -90,6 +95,7 @@ def counts(entries: list[Entry], rows: list[MatrixRow]) -> dict:
             bool(set(e.cases) & mrv2_cases) and not set(e.cases) & failed_cases for e in validated),
         "kept on V1": sum(e.status == "kept on V1" for e in entries),
         "not instantiable offline": sum(e.status == "not instantiable offline" for e in entries),
+        "refused on the CPU": sum(e.status == "refused on the CPU" for e in entries),
         "missing": sum(e.status == "MISSING" for e in entries),
     }
 
@@ -104,9 +110,10 @@ def markdown(rows: list[MatrixRow], entries: list[Entry], wall: float) -> str:
            f"{next((r.input_preparation for r in rows if r.input_preparation), '-')}.", "",
            f"Registry: {c['registry classes']} pooling implementing classes ({c['registry names']} names); "
            f"inventory {c['inventory entries']} entries (with the adapters the matrix converts): "
-           f"validated {c['validated']} (all rows passing on MRV2 and V1: "
+           f"validated {c['validated']} (all rows passing on {' and '.join(base_runners())}: "
            f"{c['validated on MRV2, all rows pass']}), kept on V1 {c['kept on V1']}, "
-           f"not instantiable offline {c['not instantiable offline']}, missing {c['missing']}.", ""]
+           f"not instantiable offline {c['not instantiable offline']}, refused on the CPU "
+           f"{c['refused on the CPU']}, missing {c['missing']}.", ""]
     if failed:
         out += [f"## Failures ({len(failed)})", "", "| row | reason | known fault (lead) |", "| --- | --- | --- |"]
         out += [f"| {r.id} | {(r.reason or '').replace('|', '/')[:300]} | {r.known_fault or ''} |" for r in failed]
@@ -128,6 +135,8 @@ def markdown(rows: list[MatrixRow], entries: list[Entry], wall: float) -> str:
             "| --- | --- | --- | --- |"]
     for e in entries:
         why = ", ".join(e.cases) if e.status == "validated" else (e.reason or "")
+        if e.status == "refused on the CPU":
+            why = f"{why}... (rows: {', '.join(e.cases)})"
         if e.status == "kept on V1" and e.cases:
             why = f"{why} (rows on V1: {', '.join(e.cases)})"
         out.append(f"| {e.impl} | {', '.join(e.names)} | {e.status} | {why.replace('|', '/')} |")

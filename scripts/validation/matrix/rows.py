@@ -271,12 +271,15 @@ CASES: list[MatrixCase] = [
                        **SMALL_MOE), (CLASSIFY,), MINILM + ", 4 experts (2 per token), last token",
                lines=LATER_LINES),
     # A hybrid (Mamba + attention) classifier: kept on V1 where the base has it (selector case
-    # jamba-cls), on MRV2 where the base has no V1 (from 0.34.0)
+    # jamba-cls), on MRV2 where the base has no V1 (from 0.34.0). Its Mamba layer's prefill needs
+    # selective_scan_fwd, which vLLM builds for GPUs and XPUs only: refused on the CPU (0068).
     MatrixCase("jamba-cls", "decoder classifiers/rerankers", "JambaForSequenceClassification",
                decoder("JambaConfig", "JambaForSequenceClassification", num_labels=3, num_experts=1,
                        attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_expand=1, pad_token_id=0,
                        use_mamba_kernels=False), (CLASSIFY,),
-               MINILM + ", Mamba layer 0, attention layer 1, last token", default="V1"),
+               MINILM + ", Mamba layer 0, attention layer 1, last token", default="V1",
+               refused="JambaForSequenceClassification has Mamba (selective state space) layers "
+                       "(model.layers.0.mixer), whose prefill needs vLLM's selective_scan_fwd kernel"),
     MatrixCase("privacy-filter", "token classifiers", "OpenAIPrivacyFilterForTokenClassification",
                decoder("OpenAIPrivacyFilterConfig", "OpenAIPrivacyFilterForTokenClassification", num_labels=3,
                        num_local_experts=4, num_experts_per_tok=2, pad_token_id=0), (TOKEN_CLASSIFY,),

@@ -36,7 +36,7 @@ from scripts.validation.engine import (engine_env, expected_input_preparation, i
                                        quiet_vllm, runner_in_use, vllm_runner)
 from scripts.validation.matrix import report
 from scripts.validation.matrix.real import REAL, ROW_IDS
-from scripts.validation.matrix.report import MatrixRow
+from scripts.validation.matrix.report import REFUSED, MatrixRow
 from scripts.validation.matrix.rows import CASES
 from scripts.validation.matrix.tasks import MatrixCase, inputs, max_abs_error
 
@@ -80,6 +80,8 @@ def run_case(case: MatrixCase, runners: tuple[str, ...] | None = None) -> list[M
     (``vllm_runner``: the runner asserted, ``case.default_runner`` by vLLM's default
     choice, V1 by ``VLLM_USE_V2_MODEL_RUNNER=0``), every task through it.
     Never raises: a row that cannot run fails with its reason."""
+    if case.refused:
+        return refused_rows(case, runners or case.runners)
     rows: list[MatrixRow] = []
     model = refs = None
     setup_wall, setup_cpu = time.perf_counter(), cpu_time()
@@ -129,6 +131,32 @@ def run_case(case: MatrixCase, runners: tuple[str, ...] | None = None) -> list[M
             rows.append(MatrixRow(f"{case.id}/{t.name}/{runner}", case.family, case.architecture, t.name,
                                   runner, ran, prep, case.prep, t.reference_label, "max abs error", value,
                                   t.tolerance, reason is None, seconds, reason, case.known_fault, cpu))
+    return rows
+
+
+def refused_rows(case: MatrixCase, runners: tuple[str, ...]) -> list[MatrixRow]:
+    """The rows of a case the CPU build cannot serve (``case.refused``): one per
+    runner, passing when opening the engine raises an error whose message
+    starts with ``case.refused``; failing when the engine starts (the model would
+    fail its requests instead) or raises another error. Never raises."""
+    model = case.make(MODELS / (case.checkpoint or case.id))
+    rows = []
+    for runner in runners:
+        start, start_cpu = time.perf_counter(), cpu_time()
+        try:
+            with vllm_runner(model, "default" if runner == case.default_runner else "v1", want=runner,
+                             **{**ENGINE_DEFAULTS, **case.engine}) as llm:
+                reason = f"the engine started ({runner_in_use(llm)}): {case.refused!r}... expected at start-up"
+        except Exception as e:
+            said = str(e)
+            reason = None if said.startswith(case.refused) else (
+                f"another error than {case.refused!r}...: {type(e).__name__}: {said[:400]}")
+            if reason:
+                traceback.print_exc()
+        rows.append(MatrixRow(f"{case.id}/start-up/{runner}", case.family, case.architecture, "start-up", runner,
+                              None, None, case.prep, f"refusal: {case.refused}...", REFUSED, None, 0.0,
+                              reason is None, time.perf_counter() - start, reason, case.known_fault,
+                              cpu_time() - start_cpu))
     return rows
 
 

@@ -61,6 +61,10 @@ class MatrixCase:
     smoke: bool = False
     known_fault: str | None = None  # a fault the lead fixes in the series (issue 13, "Found already")
     lines: tuple[str, ...] | None = None  # the lines whose base has the architecture (None: every line)
+    # What the CPU build cannot serve: the start of the error vLLM raises while it builds the
+    # engine (a refusal of the series, naming why and what to do). The case's rows check that
+    # refusal on each runner instead of its tasks.
+    refused: str | None = None
 
     @property
     def default_runner(self) -> str:
