@@ -239,7 +239,7 @@ def run(args: argparse.Namespace, started: float) -> int:
 
             bar.set_description("serve")
             results["serve"] = _section("serve", bench_serve, sts_test().sentences, args.reps, bar, args.quick,
-                                        infinity, args.lines)
+                                        infinity, args.lines, [e for e in engines if e in ("mrv2", "v1")])
     if "overhead" in sections:
         print("== pooling overhead per step (MRV2 vs V1, no model forward)", flush=True)
         results["overhead"] = _section("overhead", bench_overhead, worker_threads(results), sizes,

@@ -26,6 +26,7 @@ from scripts.bench.engines import ENGINES, ST
 from scripts.bench.machine import minilm_flops, token_counts
 from scripts.bench.systems import Spec, measure_rounds, open_systems, summarise
 from scripts.common.paths import BUILD, REPO, child_pythonpath
+from scripts.validation.engine import base_runners, rowwise_cosine
 
 ORT, OPENVINO = "onnxruntime", "openvino"
 PEERS = (ORT, OPENVINO)
@@ -45,18 +46,34 @@ class Line:
     """A line's installed vLLM: ``name`` (as in ``mrv2@NAME``), its
     interpreter ``python`` and the ``PYTHONPATH`` its hosts get
     (``pythonpath``: the repository for the in-tree ``vllm/``, or
-    ``SCRIPTS_ONLY`` so that vLLM comes from the venv)."""
+    ``SCRIPTS_ONLY`` so that vLLM comes from the venv), and the model
+    runners that vLLM has (``runners``: ``("MRV2",)`` from 0.34.0, which
+    removed V1; ``scripts.validation.engine.base_runners``)."""
 
     name: str
     python: str
     pythonpath: str
+    runners: tuple[str, ...] = ("MRV2", "V1")
+
+
+_RUNNERS_PROBE = ("import importlib.util as u; "
+                  "print('MRV2,V1' if u.find_spec('vllm.v1.worker.gpu_model_runner') else 'MRV2')")
+
+
+def runners_of(python: str, pythonpath: str) -> tuple[str, ...]:
+    """The model runners of the vLLM that ``python`` imports with ``pythonpath``
+    (what ``base_runners`` reads, asked in that interpreter);
+    ``subprocess.CalledProcessError`` when it cannot import."""
+    out = subprocess.run([python, "-c", _RUNNERS_PROBE], env={**os.environ, "PYTHONPATH": pythonpath},
+                         capture_output=True, text=True, check=True).stdout
+    return tuple(out.strip().split(","))
 
 
 def in_tree_line() -> Line:
     """The line ``make bench`` runs on: the bench's interpreter with the
     ``vllm`` it imports (the line's applied tree under make) and the
     repository on the path (``scripts.common.paths.child_pythonpath``)."""
-    return Line("in-tree", sys.executable, child_pythonpath())
+    return Line("in-tree", sys.executable, child_pythonpath(), base_runners())
 
 
 def parse_line(text: str) -> Line:
@@ -74,7 +91,8 @@ def parse_line(text: str) -> Line:
     link = SCRIPTS_ONLY / "scripts"
     if not link.is_symlink():
         link.symlink_to(REPO / "scripts")
-    return Line(name, str(python.absolute()), str(SCRIPTS_ONLY))
+    return Line(name, str(python.absolute()), str(SCRIPTS_ONLY),
+                runners_of(str(python.absolute()), str(SCRIPTS_ONLY)))
 
 
 def thread_env(threads: int | None) -> dict:
@@ -133,6 +151,8 @@ class Lineup:
         specs = {}
         for line in self.lines:
             for e in engines:
+                if ENGINES[e]["want"] not in line.runners:
+                    continue  # V1 on a line whose vLLM has none (0.34.0)
                 env = {"TRITON_INTERPRET": "1" if ENGINES[e]["triton_interpret"] else None, **thread_env(threads)}
                 specs[self.engine_name(e, line)] = Spec(
                     ENGINE_FACTORY, {"name": e, "model": str(model), "llm_kwargs": {
@@ -175,8 +195,6 @@ def peer_exports(lineup: Lineup, model) -> tuple[dict[str, Path], dict[str, dict
 def cosines(embeddings: dict, reference: str = ST) -> dict[str, float]:
     """Smallest cosine similarity, over the sentences, of each system's
     embeddings (name -> [n, d]) with ``reference``'s."""
-    from scripts.validation.engine import rowwise_cosine
-
     ref = embeddings.get(reference)
     if ref is None:
         return {}

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.bench.engines import TINY_COLBERT
+from scripts.bench.sections import in_tree_line
 from scripts.common.paths import REPO, child_pythonpath
 from scripts.validation.server import LOGS, ServerError, VllmServer, free_port, vllm_executable
 
@@ -135,19 +136,26 @@ def _measured_round(server, dataset: Path, requests: int, concurrency: int, out:
     return result
 
 
-def vllm_servers(model, lines=None) -> dict[str, VllmServer]:
+def vllm_servers(model, lines=None, engines=("mrv2", "v1")) -> dict[str, VllmServer]:
     """The vLLM servers of the load section: ``mrv2`` (vLLM's default runner)
     and ``v1`` of the bench's own vLLM, or, with several ``lines``
     (``scripts.bench.sections.Line``), ``mrv2@NAME`` and ``v1@NAME`` of each,
     started with that line's venv's ``vllm`` command and its hosts'
-    ``PYTHONPATH`` (the repository's ``scripts`` alone: vLLM from the venv)."""
+    ``PYTHONPATH`` (the repository's ``scripts`` alone: vLLM from the venv).
+    Only the ``engines`` asked for (``--engines``), and ``v1`` only where the
+    line's vLLM has V1 (``Line.runners``)."""
     env = server_env()
     if not lines or len(lines) == 1:
-        return {"mrv2": VllmServer(model, name="bench-serve-mrv2", runner="default", env=env),
-                "v1": VllmServer(model, name="bench-serve-v1", runner="v1", env=env)}
+        runners = lines[0].runners if lines else in_tree_line().runners
+        single = {"mrv2": VllmServer(model, name="bench-serve-mrv2", runner="default", env=env)}
+        if "v1" in engines and "V1" in runners:
+            single["v1"] = VllmServer(model, name="bench-serve-v1", runner="v1", env=env)
+        return single
     servers = {}
     for line in lines:
         for engine, runner in (("mrv2", "default"), ("v1", "v1")):
+            if engine not in engines or (engine == "v1" and "V1" not in line.runners):
+                continue
             name = f"{engine}@{line.name}"
             servers[name] = VllmServer(model, name=f"bench-serve-{name}", runner=runner,
                                        executable=str(Path(line.python).parent / "vllm"),
@@ -177,7 +185,8 @@ def load_ratios(med: dict, lines=None) -> dict:
 
 
 def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_REQUESTS,
-               concurrency: int = LOAD_CONCURRENCY, infinity: str | None = None, lines=None) -> dict:
+               concurrency: int = LOAD_CONCURRENCY, infinity: str | None = None, lines=None,
+               engines=("mrv2", "v1")) -> dict:
     """Section 1 (see the module docstring): per server (``vllm_servers``:
     MRV2, vLLM's default runner, and V1, of each line; and ``infinity`` when
     ``infinity`` names its ``infinity_emb`` script), what ran and each
@@ -188,7 +197,7 @@ def serve_load(sentences: list[str], reps: int, bar=None, requests: int = LOAD_R
     from scripts.bench import proctree
     from scripts.validation.checkpoints.models import minilm_path, mixed_length_texts
     texts = mixed_length_texts(sentences, requests)
-    servers = vllm_servers(minilm_path(), lines)
+    servers = vllm_servers(minilm_path(), lines, engines)
     result = {"model": "all-MiniLM-L6-v2", "requests": requests, "concurrency": concurrency,
               "client": "vllm bench serve --backend openai-embeddings (custom dataset, request rate inf)",
               "servers": {}, "rounds": {}}
@@ -329,16 +338,18 @@ def serve_memory(sentences: list[str], bar=None, requests: int = MEMORY_REQUESTS
 
 
 def bench_serve(sentences: list[str], reps: int, bar=None, quick: bool = False, infinity: str | None = None,
-                lines=None) -> dict:
+                lines=None, engines=("mrv2", "v1")) -> dict:
     """Both parts of the ``serve`` section (``quick``: 256 load requests, 1
     round, 1,000 memory requests with 20 disconnects); ``infinity``: the
     ``infinity_emb`` script of infinity-emb's venv (None: without it);
     ``lines``: the load's servers of each line (``vllm_servers``; the memory
-    part runs on the bench's own vLLM)."""
+    part runs on the bench's own vLLM); ``engines``: which of ``mrv2`` and
+    ``v1`` serve (``vllm_servers``)."""
     if quick:
-        return {"load": serve_load(sentences, 1, bar, requests=256, infinity=infinity, lines=lines),
+        return {"load": serve_load(sentences, 1, bar, requests=256, infinity=infinity, lines=lines,
+                                   engines=engines),
                 "memory": serve_memory(sentences, bar, requests=1000, disconnects=20, sample_every=250)}
-    return {"load": serve_load(sentences, reps, bar, infinity=infinity, lines=lines),
+    return {"load": serve_load(sentences, reps, bar, infinity=infinity, lines=lines, engines=engines),
             "memory": serve_memory(sentences, bar)}
 
 

@@ -308,6 +308,20 @@ def test_serve_section_of_two_lines_starts_each_lines_vllm(tmp_path):
                       "mrv2@0.32.0/mrv2@0.26.0 requests/s": 1.2, "v1@0.32.0/v1@0.26.0 requests/s": 1.2}
 
 
+def test_serve_section_starts_only_the_runners_asked_for_that_a_line_has(tmp_path):
+    """--engines mrv2 starts no V1 server; a line whose vLLM has no V1 (0.34.0
+    removed it: ``Line.runners``) gets no V1 server, where one failed to start
+    and was reported "not measured"."""
+    from scripts.bench.sections import Line
+    from scripts.bench.server import vllm_servers
+
+    lines = [Line("0.32.0", str(tmp_path / "a" / "bin" / "python"), "/scripts-a"),
+             Line("0.34.0", str(tmp_path / "b" / "bin" / "python"), "/scripts-b", runners=("MRV2",))]
+    assert list(vllm_servers("/models/minilm", lines)) == ["mrv2@0.32.0", "v1@0.32.0", "mrv2@0.34.0"]
+    assert list(vllm_servers("/models/minilm", lines, engines=("mrv2",))) == ["mrv2@0.32.0", "mrv2@0.34.0"]
+    assert list(vllm_servers("/models/minilm", lines[1:])) == ["mrv2"]
+
+
 # --------------------------------------------------------------------------- report
 
 def _engine(runner, requested, **extra):
