@@ -59,7 +59,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -78,6 +78,7 @@ help:
 	@echo "make build-cpu    the cpu flavor's extensions compiled from the line's sdist (cached by its inputs;"
 	@echo "                  log reports/logs/build-cpu.log); CPU_FROM=sdist makes every target use them"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
+	@echo "make index        both wheels added to the per-flavor PEP 503 indexes index/cpu/, index/cuda/ (INDEX_DIR=)"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
 	@echo "make smoke        the smoke job: STS-B through the engine, MiniLM and a tiny Qwen3 on MRV2 (reports/smoke.json)"
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
@@ -179,6 +180,15 @@ $(WHEEL_cuda): $(VENV)/.installed $(SERIES_INPUTS) $(TOOLING)
 wheel: $(WHEEL_$(FLAVOR))
 
 wheels: $(WHEEL_cpu) $(WHEEL_cuda)
+
+# The line's two wheels added to the per-flavor PEP 503 indexes under INDEX_DIR (index/cpu/,
+# index/cuda/), which any static web server serves (README, "Install"); earlier revisions
+# stay. Only a released line (patches/lines.toml: default or maintenance) is published.
+INDEX_DIR ?= index
+index: wheels
+	@$(PYTHON) -m scripts.series.lines released | grep -qxF '$(LINE)' || { echo "make index: line $(LINE) is \
+	not released (patches/lines.toml names it neither default nor maintenance): publish a released line" >&2; exit 1; }
+	$(PY) -m scripts.series.index --out $(INDEX_DIR) $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
 # and the cpu wheel's +cpu torch pin is not on PyPI (docs/base-and-recipe.md).
