@@ -103,11 +103,15 @@ def measure(variants=VARIANTS, sizes=BATCH_SIZES, budget_s: float = 1.0, min_ite
     """Run the micro-benchmark. Returns ``{"rows": [...], ...}`` with one row
     per (variant, requests per step): median microseconds per step for
     ``mrv2``, ``v1`` and ``pooler`` (the pooler alone), ``ratio_mrv2_v1``,
-    the iteration count and the tokens per step. ``progress``: a callable
-    taking a short label, called before each row."""
+    the iteration count and the tokens per step; the ``v1`` figures are None
+    where the base has no V1 (from 0.34.0: ``base_runners``). ``progress``: a
+    callable taking a short label, called before each row."""
     import torch
 
     import vllm.v1.worker.cpu.shm  # noqa: F401  (the CPU worker's torch patches)
+    from scripts.validation.engine import base_runners
+
+    has_v1 = "V1" in base_runners()
 
     max_reqs = max(sizes)
     rows = []
@@ -116,18 +120,21 @@ def measure(variants=VARIANTS, sizes=BATCH_SIZES, budget_s: float = 1.0, min_ite
             if progress is not None:
                 progress(f"{variant} x{n}")
             step = make_step(variant, n, max_reqs)
-            calls = {"mrv2": mrv2_step(step), "v1": v1_step(step), "pooler": pooler_step(step)}
-            check_same_outputs(calls["mrv2"](), calls["v1"]())
+            calls = {"mrv2": mrv2_step(step), "pooler": pooler_step(step)}
+            if has_v1:
+                calls["v1"] = v1_step(step)
+                check_same_outputs(calls["mrv2"](), calls["v1"]())
             times = interleaved_us(calls, budget_s, min_iters, max_iters)
             med = {k: statistics.median(v) for k, v in times.items()}
+            v1 = {"v1_us": med["v1"], "v1_p25_us": float(np.percentile(times["v1"], 25)),
+                  "v1_p75_us": float(np.percentile(times["v1"], 75)),
+                  "ratio_mrv2_v1": med["mrv2"] / med["v1"]} if has_v1 else {
+                "v1_us": None, "v1_p25_us": None, "v1_p75_us": None, "ratio_mrv2_v1": None}
             rows.append({"variant": variant, "requests": n, "tokens": int(step["lens"].sum()),
                          "iterations": len(times["mrv2"]),
-                         "mrv2_us": med["mrv2"], "v1_us": med["v1"], "pooler_us": med["pooler"],
+                         "mrv2_us": med["mrv2"], "pooler_us": med["pooler"],
                          "mrv2_p25_us": float(np.percentile(times["mrv2"], 25)),
-                         "mrv2_p75_us": float(np.percentile(times["mrv2"], 75)),
-                         "v1_p25_us": float(np.percentile(times["v1"], 25)),
-                         "v1_p75_us": float(np.percentile(times["v1"], 75)),
-                         "ratio_mrv2_v1": med["mrv2"] / med["v1"]})
+                         "mrv2_p75_us": float(np.percentile(times["mrv2"], 75)), **v1})
     return {"unit": "microseconds per step (median)", "torch_threads": torch.get_num_threads(),
             "hidden_size": HIDDEN, "prompt_lens": list(PROMPT_LENS), "max_num_reqs": max_reqs,
             "rows": rows}

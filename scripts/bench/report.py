@@ -233,10 +233,9 @@ def summary(results: dict) -> str:
         cell = {(r["variant"], r["requests"]): r for r in ov["rows"]}
         orows = []
         for n in sizes:
-            orows.append([str(n), *[(f"{c['ratio_mrv2_v1']:.2f} ({c['mrv2_us']:.0f}/{c['v1_us']:.0f})"
-                                     if (c := cell.get((v, n))) else "") for v in variants]])
-        out += ["", f"pooling host time per step, MRV2/V1 (MRV2 us / V1 us, median, "
-                    f"{ov.get('torch_threads')} thread(s)):", _table(["requests/step", *variants], orows)]
+            orows.append([str(n), *[_overhead_cell(c) if (c := cell.get((v, n))) else "" for v in variants]])
+        out += ["", f"pooling host time per step, MRV2/V1 (MRV2 us / V1 us, median; MRV2 us alone where the "
+                    f"base has no V1; {ov.get('torch_threads')} thread(s)):", _table(["requests/step", *variants], orows)]
     serve = _ok(results, "serve")
     if serve:
         from scripts.bench.server import summary_lines
@@ -338,6 +337,13 @@ def _plot_colbert(col: dict, path: Path) -> Path:
     return path
 
 
+def _overhead_cell(c: dict) -> str:
+    """``ratio (MRV2 us/V1 us)``, or ``MRV2 us`` where the base has no V1 (``v1_us`` None)."""
+    if c["v1_us"] is None:
+        return f"{c['mrv2_us']:.0f}"
+    return f"{c['ratio_mrv2_v1']:.2f} ({c['mrv2_us']:.0f}/{c['v1_us']:.0f})"
+
+
 def _plot_overhead(ov: dict, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
@@ -349,9 +355,12 @@ def _plot_overhead(ov: dict, path: Path) -> Path:
         rows = [r for r in ov["rows"] if r["variant"] == variant]
         x = [r["requests"] for r in rows]
         ax.plot(x, [r["mrv2_us"] for r in rows], "o-", color=COLORS["mrv2"], label="MRV2")
-        ax.plot(x, [r["v1_us"] for r in rows], "s-", color=COLORS["v1"], label="V1")
+        if all(r["v1_us"] is not None for r in rows):
+            ax.plot(x, [r["v1_us"] for r in rows], "s-", color=COLORS["v1"], label="V1")
         ax.plot(x, [r["pooler_us"] for r in rows], ":", color="#444444", label="pooler alone")
         for r in rows:
+            if r["ratio_mrv2_v1"] is None:
+                continue
             ax.annotate(f"{r['ratio_mrv2_v1']:.2f}", (r["requests"], r["mrv2_us"]), textcoords="offset points",
                         xytext=(0, 6), ha="center", fontsize=7)
         ax.set_xscale("log", base=2)

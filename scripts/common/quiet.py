@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import warnings
@@ -79,6 +80,20 @@ def quiet_vllm(job: str, directory: Path = LOGS) -> Path | None:
     os.close(fd)
     sys.stdout, sys.stderr = terminal_out, terminal_err
     log_stream = open(log, "a", buffering=1, encoding="utf-8")
+    # From torch 2.14 the "torch" logger's handler (torch._logging's _StderrHandler, a
+    # logging.Handler whose ``stream`` property is sys.stderr at each record) writes to
+    # the terminal now: its console handlers write to the log instead, with their
+    # level, format and filters.
+    torch_logger = logging.getLogger("torch")
+    for handler in list(torch_logger.handlers):
+        if not isinstance(handler, logging.FileHandler) and hasattr(handler, "stream"):
+            to_file = logging.StreamHandler(log_stream)
+            to_file.setLevel(handler.level)
+            to_file.setFormatter(handler.formatter)
+            for f in handler.filters:
+                to_file.addFilter(f)
+            torch_logger.removeHandler(handler)
+            torch_logger.addHandler(to_file)
 
     def to_log(message, category, filename, lineno, file=None, line=None):
         log_stream.write(warnings.formatwarning(message, category, filename, lineno, line))

