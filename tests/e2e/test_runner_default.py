@@ -6,7 +6,7 @@
   base behaviour (V1, with upstream's warning).
 - Where Triton works (here: its interpreter, ``TRITON_INTERPRET=1``) MRV2 keeps
   its Triton kernels: the native path is not announced.
-- From 0.34.0 (no V1, 0008 deferred) the pooling model runs on upstream's
+- From 0.34.0 (no V1, 0008 withdrawn) the pooling model runs on upstream's
   standalone CPU runner without Triton (0066) and on the Triton runner under
   the interpreter (0001); ``vllm_runner`` asserts the runner and the input
   preparation of each; generation without Triton is
