@@ -59,7 +59,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels released-line index install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -185,11 +185,10 @@ wheels: $(WHEEL_cpu) $(WHEEL_cuda)
 # index/cuda/), which any static web server serves (README, "Install"); earlier revisions
 # stay. Only a released line (patches/lines.toml: default or maintenance) is published.
 INDEX_DIR ?= index
-released-line:
+index:
 	@$(PYTHON) -m scripts.series.lines released | grep -qxF '$(LINE)' || { echo "make index: line $(LINE) is \
 	not released (patches/lines.toml names it neither default nor maintenance): publish a released line" >&2; exit 1; }
-
-index: released-line wheels
+	$(MAKE) --no-print-directory wheels
 	$(PY) -m scripts.series.index --out $(INDEX_DIR) $(WHEEL_cpu) $(WHEEL_cuda)
 
 # The wheel is installed without dependencies: they are in the venv already,
