@@ -56,14 +56,13 @@ class Line:
     runners: tuple[str, ...] = ("MRV2", "V1")
 
 
-_RUNNERS_PROBE = ("import importlib.util as u; "
-                  "print('MRV2,V1' if u.find_spec('vllm.v1.worker.gpu_model_runner') else 'MRV2')")
+_RUNNERS_PROBE = "from scripts.validation.engine import base_runners; print(','.join(base_runners()))"
 
 
 def runners_of(python: str, pythonpath: str) -> tuple[str, ...]:
     """The model runners of the vLLM that ``python`` imports with ``pythonpath``
-    (what ``base_runners`` reads, asked in that interpreter);
-    ``subprocess.CalledProcessError`` when it cannot import."""
+    (``base_runners``, called in that interpreter); ``subprocess.CalledProcessError``
+    when it cannot run."""
     out = subprocess.run([python, "-c", _RUNNERS_PROBE], env={**os.environ, "PYTHONPATH": pythonpath},
                          capture_output=True, text=True, check=True).stdout
     return tuple(out.strip().split(","))

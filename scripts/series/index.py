@@ -32,7 +32,6 @@ PyTorch's CPU index with ``--extra-index-url``; README, "Install")::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import html
 import os
 import shutil
@@ -40,9 +39,8 @@ import sys
 from pathlib import Path
 
 from scripts.common.paths import REPO
-from scripts.series.base import DIST_NAME, wheel_metadata
+from scripts.series.base import DIST_NAME, sha256_file, wheel_metadata
 
-FLAVORS = ("cpu", "cuda")
 INDEX = REPO / "index"
 
 
@@ -56,15 +54,6 @@ def flavor_of(wheel: Path) -> str:
     version = wheel.name.split("-")[1]
     local = version.partition("+")[2]
     return "cpu" if local == "cpu" or local.endswith(".cpu") else "cuda"
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _page(title: str, links: list[tuple[str, str, str | None]]) -> str:
@@ -85,7 +74,7 @@ def write_pages(flavor_dir: Path) -> None:
     project = flavor_dir / DIST_NAME
     links = []
     for wheel in sorted(project.glob("*.whl")):
-        links.append((f"{wheel.name}#sha256={sha256(wheel)}", wheel.name,
+        links.append((f"{wheel.name}#sha256={sha256_file(wheel)}", wheel.name,
                       wheel_metadata(wheel).get("Requires-Python")))
     (project / "index.html").write_text(_page(f"Links for {DIST_NAME}", links))
     (flavor_dir / "index.html").write_text(_page("Simple index", [(f"{DIST_NAME}/", DIST_NAME, None)]))
@@ -109,7 +98,7 @@ def publish(wheels: list[Path], out: Path = INDEX) -> dict[str, Path]:
     for flavor, group in by_flavor.items():
         for wheel in group:
             there = out / flavor / DIST_NAME / wheel.name
-            if there.exists() and sha256(there) != sha256(wheel):
+            if there.exists() and sha256_file(there) != sha256_file(wheel):
                 raise IndexRefused(f"{wheel.name}: published already in {out / flavor} with other bytes; "
                                   "a revision is published once: bump the line's revision (base.toml) and "
                                   "build again")

@@ -223,12 +223,11 @@ def next_number(line: Line, names: list[str]) -> str:
     """The next free patch number of ``line``: one more than every number in
     the series ``names``, in ``numbers.toml`` and in the other lines' series
     (``other_lines_patches``) and ``numbers.toml`` files."""
-    used = {patch_number(n) for n in names} - {None}
-    for table in retired_numbers(line).values():
-        used |= set(table)
-    used |= set(other_lines_patches(line))
-    for name in line_names(line.dir.parent):
-        for table in retired_numbers(Line(name, line.dir.parent / name)).values():
+    used = ({patch_number(n) for n in names} - {None}) | set(other_lines_patches(line))
+    lines = [line] + [Line(n, line.dir.parent / n) for n in line_names(line.dir.parent)
+                      if (line.dir.parent / n).resolve() != line.dir.resolve()]
+    for each in lines:
+        for table in retired_numbers(each).values():
             used |= set(table)
     return f"{max((int(n) for n in used), default=0) + 1:04d}"
 

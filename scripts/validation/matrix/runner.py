@@ -139,11 +139,17 @@ def refused_rows(case: MatrixCase, runners: tuple[str, ...]) -> list[MatrixRow]:
     runner, passing when opening the engine raises an error whose message
     starts with ``case.refused``; failing when the engine starts (the model would
     fail its requests instead) or raises another error. Never raises."""
-    model = case.make(MODELS / (case.checkpoint or case.id))
+    try:
+        model, setup_error = case.make(MODELS / (case.checkpoint or case.id)), None
+    except Exception as e:
+        traceback.print_exc()
+        model, setup_error = None, f"checkpoint: {type(e).__name__}: {e}"
     rows = []
     for runner in runners:
         start, start_cpu = time.perf_counter(), cpu_time()
         try:
+            if setup_error:
+                raise RuntimeError(setup_error)
             with vllm_runner(model, "default" if runner == case.default_runner else "v1", want=runner,
                              **{**ENGINE_DEFAULTS, **case.engine}) as llm:
                 reason = f"the engine started ({runner_in_use(llm)}): {case.refused!r}... expected at start-up"
