@@ -59,7 +59,7 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index image image-tools install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
 all: smoke
 
@@ -79,6 +79,8 @@ help:
 	@echo "                  log reports/logs/build-cpu.log); CPU_FROM=sdist makes every target use them"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make index        both wheels added to the per-flavor PEP 503 indexes index/cpu/, index/cuda/ (INDEX_DIR=)"
+	@echo "make image        the $(FLAVOR) flavor's container image, with buildah (BASE_IMAGE=, IMAGE=; docs/deploying.md)"
+	@echo "make image-tools  buildah and debootstrap from Debian's archive, if missing (make image and make test need them)"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
 	@echo "make smoke        the smoke job: STS-B through the engine, MiniLM and a tiny Qwen3 on MRV2 (reports/smoke.json)"
 	@echo "make gpu-smoke    on a machine with an NVIDIA GPU: the CUDA wheel (in GPU_VENV=$(GPU_VENV)), MRV2 with"
@@ -190,6 +192,23 @@ index:
 	not released (patches/lines.toml names it neither default nor maintenance): publish a released line" >&2; exit 1; }
 	$(MAKE) --no-print-directory wheels
 	$(PY) -m scripts.series.index --out $(INDEX_DIR) $(WHEEL_cpu) $(WHEEL_cuda)
+
+# The flavor's OCI image in buildah's storage (docker/Containerfile.$(FLAVOR), built by
+# scripts/series/image.py; README, "Container image"; docs/deploying.md). BASE_IMAGE: the
+# image to build on (default: Debian 12 made from Debian's archive with debootstrap, kept
+# as localhost/vllm-mrv2pool-debian:bookworm); IMAGE: its name (default
+# localhost/vllm-mrv2pool-<flavor>:<version>).
+image: image-tools $(WHEEL_$(FLAVOR))
+	$(PY) -m scripts.series.image build $(WHEEL_$(FLAVOR)) $(if $(BASE_IMAGE),--base-image '$(BASE_IMAGE)') \
+		$(if $(IMAGE),--tag '$(IMAGE)')
+
+# buildah and debootstrap, Debian's packages, installed when missing (as root).
+image-tools:
+	@command -v buildah >/dev/null && command -v debootstrap >/dev/null || { \
+		[ "$$(id -u)" = 0 ] || { echo "make image needs buildah and debootstrap: apt-get install buildah debootstrap, \
+		as root" >&2; exit 1; }; \
+		apt-get install -y --no-install-recommends buildah debootstrap \
+		|| { apt-get update && apt-get install -y --no-install-recommends buildah debootstrap; }; }
 
 # The wheel is installed without dependencies: they are in the venv already,
 # and the cpu wheel's +cpu torch pin is not on PyPI (docs/base-and-recipe.md).
@@ -325,7 +344,7 @@ endef
 # make LINE=<maintenance line> test runs that line's whole suite instead.
 MAINTENANCE_LINES := $(shell $(PYTHON) -m scripts.series.lines maintenance)
 
-test: install tree
+test: install tree image-tools
 	$(call run_tests,)
 ifeq ($(LINE),$(DEFAULT_LINE))
 	@for line in $(MAINTENANCE_LINES); do \
