@@ -104,14 +104,14 @@ def image(cpu_wheel):  # noqa: F811 - the fixture
 
 
 def test_image_tag_names_flavor_and_version():
-    assert (image_tag(Path("vllm-0.32.0+mrv2pool.12.cpu-cp38-abi3-manylinux_2_31_x86_64.whl"))
+    assert (image_tag(Path("vllm-0.32.0+mrv2pool.12.cpu-cp38-abi3-linux_x86_64.whl"))
             == "localhost/vllm-mrv2pool-cpu:0.32.0-mrv2pool.12")
-    assert (image_tag(Path("vllm-0.32.0+mrv2pool.12-cp38-abi3-manylinux_2_28_x86_64.whl"))
+    assert (image_tag(Path("vllm-0.32.0+mrv2pool.12-cp38-abi3-linux_x86_64.whl"))
             == "localhost/vllm-mrv2pool-cuda:0.32.0-mrv2pool.12")
 
 
 def test_a_missing_wheel_is_named_with_the_fix(tmp_path):
-    missing = tmp_path / "vllm-0.32.0+mrv2pool.12.cpu-cp38-abi3-manylinux_2_31_x86_64.whl"
+    missing = tmp_path / "vllm-0.32.0+mrv2pool.12.cpu-cp38-abi3-linux_x86_64.whl"
     with pytest.raises(ImageError, match=r"does not exist\.\nFix: make wheel"):
         build(missing)
 
