@@ -42,6 +42,7 @@ from scripts.series.index import flavor_of
 CONTAINERFILES = REPO / "docker"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("DEBIAN_MIRROR", "http://deb.debian.org/debian")
+DEBIAN_SECURITY_MIRROR = os.environ.get("DEBIAN_SECURITY_MIRROR", "http://deb.debian.org/debian-security")
 DEBIAN_BASE = f"localhost/vllm-mrv2pool-debian:{DEBIAN_SUITE}"
 # The Python of the base image (Debian 12's python3), which the wheels gathered here must fit.
 PYTHON_VERSION = "3.11"
@@ -95,7 +96,8 @@ def debian_base(name: str = DEBIAN_BASE) -> str:
     """``name``, made from Debian's archive unless buildah's storage has it:
     ``debootstrap --variant=minbase`` of ``DEBIAN_SUITE`` from
     ``DEBIAN_MIRROR`` (``$DEBIAN_MIRROR``, default deb.debian.org) in a
-    temporary directory, packed as ``rootfs.tar`` and imported with
+    temporary directory, its apt sources the release, its updates and its
+    security updates (``$DEBIAN_SECURITY_MIRROR``), packed as ``rootfs.tar`` and imported with
     ``docker/Containerfile.debian``. The temporary tree is removed whatever
     happens; ``ImageError`` when debootstrap or buildah fails."""
     if image_exists(name):
@@ -108,6 +110,12 @@ def debian_base(name: str = DEBIAN_BASE) -> str:
         _run("debootstrap", ["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(rootfs), DEBIAN_MIRROR],
              f"check that {DEBIAN_MIRROR} serves Debian {DEBIAN_SUITE} (DEBIAN_MIRROR=URL names another "
              "mirror), or name an existing base image with BASE_IMAGE=")
+        # debootstrap leaves the release alone in sources.list: the Containerfiles' apt-get upgrade
+        # takes its point-release and security updates from these
+        (rootfs / "etc/apt/sources.list").write_text(
+            f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE} main\n"
+            f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE}-updates main\n"
+            f"deb {DEBIAN_SECURITY_MIRROR} {DEBIAN_SUITE}-security main\n")
         _run("packing the base's root file system",
              ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(context / "rootfs.tar"), "."],
              "free disk space under .build/")

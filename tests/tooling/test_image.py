@@ -97,7 +97,7 @@ def image(cpu_wheel):  # noqa: F811 - the fixture
     """The CPU image of the line's wheel, built by ``make image`` under a
     name of this test's own; removed afterwards (the Debian base is kept, as
     ``make image`` keeps it)."""
-    subprocess.run(["make", "--no-print-directory", f"LINE={BASE.version}", f"IMAGE={IMAGE}", "image"],
+    subprocess.run(["make", "--no-print-directory", f"LINE={BASE.version}", f"IMAGE={IMAGE}", "BASE_IMAGE=", "image"],
                    cwd=REPO, check=True)
     yield IMAGE
     buildah("rmi", IMAGE, check=False)
