@@ -59,9 +59,18 @@ PYTEST_ARGS ?=
 # edited) is never what they test.
 LINE_RUN := PYTHONSAFEPATH=1 PYTHONPATH=$(CURDIR)/$(LINE_BUILD):$(CURDIR)
 
-.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index image image-tools install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
+.PHONY: all help env fetch apply tree build-cpu lint lint-line wheel wheels index image image-tools sts-data install smoke gpu-smoke bench bench-env deploy-env matrix drift drift-env test-upstream upstream-tests test test-maintenance test-cpu-from-sdist test-not-e2e test-e2e clean
 
-all: smoke
+all: sts-data smoke
+
+# The STS-B test split that the smoke job, the matrix, the bench and the tests read
+# (README, "Two commands"): checked before anything is built.
+STS_DATA ?= $(abspath $(CURDIR)/../shared/data/stsbenchmark)
+export STS_DATA
+sts-data:
+	@test -f '$(STS_DATA)/sts-test.csv' || { echo "make: the STS-B test split is not at $(STS_DATA)/sts-test.csv: \
+	put the shared data beside the repository (../shared/data/stsbenchmark) or name its directory with STS_DATA=dir" \
+	>&2; exit 1; }
 
 help:
 	@echo "Every target acts on line $(LINE) (LINE=<base version> for another; lines: $$($(PYTHON) -m scripts.series.lines list | tr '\n' ' '))"
@@ -79,6 +88,7 @@ help:
 	@echo "                  log reports/logs/build-cpu.log); CPU_FROM=sdist makes every target use them"
 	@echo "make wheels       the cpu and the cuda wheel in dist/"
 	@echo "make index        both wheels added to the per-flavor PEP 503 indexes index/cpu/, index/cuda/ (INDEX_DIR=)"
+	@echo "make sts-data     check that the STS-B test split is in STS_DATA=$(STS_DATA) (make and make test do first)"
 	@echo "make image        the $(FLAVOR) flavor's container image, with buildah (BASE_IMAGE=, IMAGE=; docs/deploying.md)"
 	@echo "make image-tools  buildah and debootstrap from Debian's archive, if missing (make image and make test need them)"
 	@echo "make install      the $(FLAVOR) wheel into the venv (without dependencies: the venv has them)"
@@ -344,7 +354,7 @@ endef
 # make LINE=<maintenance line> test runs that line's whole suite instead.
 MAINTENANCE_LINES := $(shell $(PYTHON) -m scripts.series.lines maintenance)
 
-test: install tree image-tools
+test: sts-data install tree image-tools
 	$(call run_tests,)
 ifeq ($(LINE),$(DEFAULT_LINE))
 	@for line in $(MAINTENANCE_LINES); do \

@@ -85,8 +85,19 @@ class StsPairs:
         return self.first + self.second
 
 
+class StsDataMissing(FileNotFoundError):
+    """The STS-B test split is not where ``STS_DATA`` (or the default,
+    ``../shared/data/stsbenchmark`` beside the repository) says."""
+
+
 def sts_test(path: Path = STS_TEST) -> StsPairs:
-    """Read the STS-B test split (tab-separated, no quoting; see its README)."""
+    """Read the STS-B test split (tab-separated, no quoting; see its README):
+    sentence pairs and their gold scores (0-5). ``StsDataMissing`` (a
+    ``FileNotFoundError``) naming the directory and ``STS_DATA`` when the
+    file is not there."""
+    if not Path(path).is_file():
+        raise StsDataMissing(f"{Path(path).parent} has no sts-test.csv: put the shared data beside the repository "
+                             "(../shared/data/stsbenchmark) or name its directory with STS_DATA=dir")
     first, second, gold = [], [], []
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
