@@ -46,7 +46,6 @@ DEBIAN_SECURITY_MIRROR = os.environ.get("DEBIAN_SECURITY_MIRROR", "http://deb.de
 DEBIAN_BASE = f"localhost/vllm-mrv2pool-debian:{DEBIAN_SUITE}"
 # The Python of the base image (Debian 12's python3), which the wheels gathered here must fit.
 PYTHON_VERSION = "3.11"
-TOOLS = {"buildah": "buildah", "debootstrap": "debootstrap"}
 
 
 class ImageError(RuntimeError):
@@ -55,12 +54,11 @@ class ImageError(RuntimeError):
 
 
 def require_tools(*names: str) -> None:
-    """``ImageError`` naming the Debian package of each of ``names`` that is not on ``PATH``."""
+    """``ImageError`` naming each of ``names`` that is not on ``PATH`` (Debian packages them under the same names)."""
     missing = [name for name in names if shutil.which(name) is None]
     if missing:
-        packages = " ".join(TOOLS[name] for name in missing)
         raise ImageError(f"{', '.join(missing)} not found: make image builds with buildah and makes its base with "
-                         f"debootstrap.\nFix: apt-get install {packages} (as root; make image-tools does it)")
+                         f"debootstrap.\nFix: apt-get install {' '.join(missing)} (as root; make image-tools does it)")
 
 
 def _run(step: str, cmd: list[str], fix: str, **kwargs) -> subprocess.CompletedProcess:
@@ -126,7 +124,7 @@ def debian_base(name: str = DEBIAN_BASE) -> str:
     return name
 
 
-def gather_wheels(wheel: Path, dest: Path) -> list[Path]:
+def gather_wheels(wheel: Path, dest: Path) -> None:
     """``wheel`` and every wheel it requires, for this interpreter, in
     ``dest`` (``pip download --only-binary :all:``, pip's configuration and
     cache as the user has them). ``ImageError`` with pip's message when a
@@ -140,7 +138,6 @@ def gather_wheels(wheel: Path, dest: Path) -> list[Path]:
                                   "--only-binary", ":all:", "--dest", str(dest), str(wheel)],
          "see pip's message above: a requirement without a wheel for Python "
          f"{PYTHON_VERSION} on x86_64, or an index pip cannot reach")
-    return sorted(dest.glob("*.whl"))
 
 
 def build(wheel: Path, base_image: str | None = None, tag: str | None = None) -> str:
